@@ -1,0 +1,431 @@
+"""Client partitions with Dirichlet mixtures, and the true mixtures pi*."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ripple_flwr.data.base import ImageDataset
+
+
+def largest_remainder_counts(proportions: np.ndarray, total: int) -> np.ndarray:
+    """Integer counts summing to ``total`` that follow ``proportions`` as closely as possible.
+
+    Works on one vector ``(K,)`` or a batch ``(B, K)``. Exact counts (instead
+    of a multinomial draw) keep a synthetic client's real mixture equal to the
+    target it is trained on, up to 1/total per component.
+    """
+    p = np.asarray(proportions, dtype=np.float64)
+    single = p.ndim == 1
+    p = np.atleast_2d(p)
+    if np.any(p < 0) or not np.all(np.isfinite(p)):
+        raise ValueError("proportions must be finite and non-negative")
+    sums = p.sum(axis=1, keepdims=True)
+    if np.any(sums <= 0):
+        raise ValueError("each proportion vector needs a positive sum")
+    raw = p / sums * total
+    counts = np.floor(raw).astype(np.int64)
+    short = total - counts.sum(axis=1)
+    # Give the missing units to the largest remainders (ties: lowest index, stable).
+    order = np.argsort(-(raw - counts), axis=1, kind="stable")
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(p.shape[1])[None, :].repeat(len(p), 0), axis=1)
+    counts += ranks < short[:, None]
+    return counts[0] if single else counts
+
+
+def fold_labels(labels: np.ndarray, num_components: int) -> np.ndarray:
+    """Class c belongs to component c mod K (spec section 3, class folding)."""
+    if num_components < 1:
+        raise ValueError(f"number of components must be >= 1, got {num_components}")
+    return np.asarray(labels, dtype=np.int64) % num_components
+
+
+def mixture_of(labels: np.ndarray, num_components: int) -> np.ndarray:
+    """The folded label proportions (K,) of one client's labels."""
+    folded = fold_labels(labels, num_components)
+    counts = np.bincount(folded, minlength=num_components).astype(np.float64)
+    return counts / max(counts.sum(), 1.0)
+
+
+def _check_labels(labels: np.ndarray) -> np.ndarray:
+    arr = np.asarray(labels)
+    if arr.ndim != 1:
+        raise ValueError(f"labels must be one-dimensional, got shape {arr.shape}")
+    if len(arr) and not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"labels must be integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+# Attempts (with seeds derived from the caller's) before dirichlet_partition gives up:
+# see the comment in that function.
+_PARTITION_ATTEMPTS = 8
+
+
+def dirichlet_partition(
+    labels: np.ndarray, num_partitions: int, partition_size: int, alpha: float, seed: int
+) -> list[np.ndarray]:
+    """Disjoint clients of ``partition_size`` rows whose label mixture follows Dir(alpha).
+
+    Uses flwr-datasets' ``InnerDirichletPartitioner`` (the FedDyn scheme the
+    paper's fixed-size clients follow) on an in-memory table of the labels.
+    Returns each client's row indices into ``labels`` (sorted int64); the same
+    arguments give the same partitions in every process.
+    """
+    labels = _check_labels(labels)
+    if num_partitions < 1:
+        raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+    if partition_size < 2:
+        raise ValueError(
+            f"partition_size must be >= 2 (a train and a test row), got {partition_size}"
+        )
+    if not alpha > 0:
+        raise ValueError(f"Dirichlet alpha must be > 0, got {alpha}")
+    needed = num_partitions * partition_size
+    if needed > len(labels):
+        raise ValueError(
+            f"{num_partitions} partitions of {partition_size} rows need {needed} rows, "
+            f"but only {len(labels)} are available"
+        )
+
+    import warnings
+
+    import datasets
+    from flwr_datasets.partitioner import InnerDirichletPartitioner
+
+    # The partitioner looks classes up as 0..C-1 and takes each class's rows from
+    # the end of the table, so relabel to contiguous ids and feed the rows in a
+    # seeded random order: which images a client gets is then random too.
+    _, dense = np.unique(labels, return_inverse=True)
+    order = np.random.default_rng(seed).permutation(len(labels))
+    table = datasets.Dataset.from_dict({"label": dense[order], "idx": order})
+
+    # With small alpha the Dirichlet draw can be exactly one-hot (float underflow);
+    # when that class runs out, the partitioner renormalises a row of zeros and
+    # fails with "Probabilities contain NaN". Retry with derived seeds, then say why.
+    last_error: Exception | None = None
+    for attempt in range(_PARTITION_ATTEMPTS):
+        attempt_seed = seed if attempt == 0 else _derived_seed(seed, 0x0D1, attempt)
+        partitioner = InnerDirichletPartitioner(
+            partition_sizes=[partition_size] * num_partitions,
+            partition_by="label",
+            alpha=float(alpha),
+            shuffle=True,
+            seed=attempt_seed,
+        )
+        partitioner.dataset = table
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="The sum of the partition_sizes")
+                warnings.filterwarnings("ignore", category=RuntimeWarning)
+                return [
+                    np.sort(np.asarray(partitioner.load_partition(pid)["idx"], dtype=np.int64))
+                    for pid in range(num_partitions)
+                ]
+        except ValueError as error:
+            if "NaN" not in str(error):
+                raise
+            last_error = error
+    raise ValueError(
+        f"Dir({alpha}) partitioning of {needed} of {len(labels)} rows failed {_PARTITION_ATTEMPTS} "
+        "times: some clients want only labels that ran out (very small alpha makes clients "
+        "one-label). Use a larger pool, fewer or smaller partitions, or a larger alpha."
+    ) from last_error
+
+
+def _derived_seed(seed: int, *keys: int) -> int:
+    """A seed for a sub-task, independent of the parent's stream and of the other keys."""
+    return int(np.random.SeedSequence([int(seed), *map(int, keys)]).generate_state(1)[0])
+
+
+def _capped_counts(p: np.ndarray, total: int, available: np.ndarray) -> np.ndarray:
+    """Largest-remainder counts of ``total`` after ``p``, never above ``available``.
+
+    What a full label cannot give goes to the labels with room left, in
+    proportion to ``p`` (uniformly over them if ``p`` gives them no mass).
+    """
+    counts = np.minimum(largest_remainder_counts(p, total), available)
+    while (short := total - int(counts.sum())) > 0:
+        room = available - counts
+        weights = np.where(room > 0, p, 0.0)
+        if weights.sum() <= 0:
+            weights = (room > 0).astype(np.float64)
+        counts = np.minimum(counts + largest_remainder_counts(weights, short), available)
+    return counts
+
+
+def sample_dirichlet_clients(
+    labels: np.ndarray,
+    num_clients: int,
+    client_size: int,
+    alpha: float,
+    rng: np.random.Generator,
+    num_components: int | None = None,
+) -> list[np.ndarray]:
+    """Many independent clients from a small pool, each with a Dir(alpha) label mixture.
+
+    For evaluating routing on more clients than a disjoint split allows:
+    clients may share rows with each other, never within one client. Each
+    client's first draw from ``rng`` is p ~ Dir(alpha 1) over the label values
+    present (over the K folded components when ``num_components`` is given);
+    exact per-label counts come from :func:`largest_remainder_counts`, capped
+    at what each label has (the excess goes to the other labels in proportion).
+    """
+    labels = _check_labels(labels)
+    if num_clients < 0:
+        raise ValueError(f"num_clients must be >= 0, got {num_clients}")
+    if not 1 <= client_size <= len(labels):
+        raise ValueError(f"client_size must be in [1, {len(labels)}] (the pool), got {client_size}")
+    if not alpha > 0:
+        raise ValueError(f"Dirichlet alpha must be > 0, got {alpha}")
+    groups = fold_labels(labels, num_components) if num_components is not None else labels
+    values, dense = np.unique(groups, return_inverse=True)
+    rows_of = [np.flatnonzero(dense == v) for v in range(len(values))]
+    available = np.array([len(r) for r in rows_of], dtype=np.int64)
+    concentration = np.full(len(values), float(alpha))
+    clients = []
+    for _ in range(num_clients):
+        p = rng.dirichlet(concentration)
+        counts = _capped_counts(p, client_size, available)
+        parts = [
+            rng.choice(rows_of[v], size=int(c), replace=False)
+            for v, c in enumerate(counts)
+            if c > 0
+        ]
+        clients.append(np.sort(np.concatenate(parts)).astype(np.int64))
+    return clients
+
+
+def server_aux_split(labels: np.ndarray, aux_size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Class-balanced D_aux for the server, and the disjoint pool left for the clients.
+
+    Every label gets ``aux_size // L`` rows (the remainder goes to seeded random
+    labels; a label with too few rows gives all it has and the others make up
+    for it), so synthetic clients can be drawn with any mixture. Returns sorted
+    ``(aux_indices, pool_indices)``.
+    """
+    labels = _check_labels(labels)
+    values, dense = np.unique(labels, return_inverse=True)
+    if not len(values) <= aux_size < len(labels):
+        raise ValueError(
+            f"aux_size must be in [{len(values)}, {len(labels)}) (at least one row per label, "
+            f"and rows left for the clients), got {aux_size}"
+        )
+    rng = np.random.default_rng(seed)
+    available = np.bincount(dense, minlength=len(values))
+    # Water-filling: equal shares, capped by what each label has; ties broken by a
+    # seeded label order so the remainder does not always favour label 0.
+    tie_order = rng.permutation(len(values))
+    counts = np.zeros(len(values), dtype=np.int64)
+    left = aux_size
+    while left > 0:
+        open_labels = tie_order[counts[tie_order] < available[tie_order]]
+        share, extra = divmod(left, len(open_labels))
+        add = np.full(len(open_labels), share, dtype=np.int64)
+        add[:extra] += 1
+        add = np.minimum(add, available[open_labels] - counts[open_labels])
+        counts[open_labels] += add
+        left -= int(add.sum())
+    aux = np.concatenate(
+        [rng.permutation(np.flatnonzero(dense == v))[:c] for v, c in enumerate(counts)]
+    )
+    aux = np.sort(aux).astype(np.int64)
+    pool = np.setdiff1d(np.arange(len(labels), dtype=np.int64), aux, assume_unique=True)
+    return aux, pool
+
+
+def train_test_split_indices(
+    indices: np.ndarray, test_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """A client's seeded train/test split: ``round(n * test_fraction)`` test rows, at least one
+    of each.
+
+    Returns sorted ``(train, test)`` subsets of ``indices``.
+    """
+    indices = np.asarray(indices, dtype=np.int64)
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    n = len(indices)
+    if n < 2:
+        raise ValueError(f"a client needs >= 2 rows to have a train and a test row, got {n}")
+    n_test = min(max(int(round(n * test_fraction)), 1), n - 1)
+    shuffled = np.random.default_rng(seed).permutation(indices)
+    return np.sort(shuffled[n_test:]), np.sort(shuffled[:n_test])
+
+
+def true_mixtures(
+    partitions: list[np.ndarray], labels: np.ndarray, num_components: int
+) -> np.ndarray:
+    """pi*: each client's folded label proportions, shape ``(N, K)``; what routing should find."""
+    labels = np.asarray(labels)
+    if not partitions:
+        return np.zeros((0, num_components), dtype=np.float64)
+    return np.stack([mixture_of(labels[np.asarray(p)], num_components) for p in partitions])
+
+
+# Offset of the new (held-out) clients' partition seed from the training one.
+NEW_PARTITION_SEED_OFFSET = 1_000_003
+_SPLIT_KEY = 2  # SeedSequence key of the per-client train/test split seeds
+
+
+@dataclass(frozen=True, eq=False)
+class Federation:
+    """The clients of one run, rebuilt identically by every Flower node from the run config.
+
+    Partition ids ``0 .. num_train_partitions-1`` are training clients; the
+    ids after them are new clients held out for zero-shot onboarding. Indices
+    are rows of ``dataset.images``; aux, every client's train and test rows
+    are pairwise disjoint.
+    """
+
+    dataset: ImageDataset
+    aux_indices: np.ndarray
+    train_indices: list[np.ndarray]
+    test_indices: list[np.ndarray]
+    mixtures: np.ndarray
+    num_train_partitions: int
+    settings: dict[str, Any]
+
+    @property
+    def num_partitions(self) -> int:
+        """All clients, training and new."""
+        return len(self.train_indices)
+
+    @property
+    def num_new_partitions(self) -> int:
+        return self.num_partitions - self.num_train_partitions
+
+    @property
+    def num_components(self) -> int:
+        return int(self.mixtures.shape[1])
+
+    def _check_pid(self, pid: int) -> int:
+        if not 0 <= pid < self.num_partitions:
+            raise IndexError(f"partition id {pid} out of range [0, {self.num_partitions})")
+        return int(pid)
+
+    def client_indices(self, pid: int) -> np.ndarray:
+        """All rows of one client (train then test)."""
+        pid = self._check_pid(pid)
+        return np.concatenate([self.train_indices[pid], self.test_indices[pid]])
+
+    def client_data(self, pid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(x_train, y_train, x_test, y_test)`` with class labels: what the model trains on."""
+        pid = self._check_pid(pid)
+        train, test = self.train_indices[pid], self.test_indices[pid]
+        images, labels = self.dataset.images, self.dataset.labels
+        return images[train], labels[train], images[test], labels[test]
+
+    def client_images(self, pid: int) -> np.ndarray:
+        """Every image of the client (train + test): the input of its embedding Phi."""
+        return self.dataset.images[self.client_indices(pid)]
+
+    def aux_data(self) -> tuple[np.ndarray, np.ndarray]:
+        """The server's D_aux: images and cluster labels folded to K (synthetic-client source)."""
+        cluster, _ = self.dataset.cluster_labels(self.settings["label_kind"])
+        folded = fold_labels(cluster[self.aux_indices], self.num_components)
+        return self.dataset.images[self.aux_indices], folded
+
+
+def build_federation(
+    dataset: ImageDataset,
+    *,
+    num_partitions: int,
+    partition_size: int,
+    alpha: float,
+    aux_size: int,
+    num_components: int,
+    label_kind: str = "class",
+    test_fraction: float = 0.2,
+    seed: int = 0,
+    new_partitions: int = 0,
+    alpha_new: float = 1.0,
+) -> Federation:
+    """Split a dataset into D_aux, Dir(alpha) training clients and held-out new clients.
+
+    Deterministic: the same arguments give the same federation in every
+    process, so each Flower node rebuilds it from the run config instead of
+    receiving data. The clusters follow ``dataset.cluster_labels(label_kind)``
+    (class or domain); D_aux is balanced over them, the clients' mixtures are
+    drawn over them, and ``mixtures`` holds each client's folded pi* (N, K).
+    """
+    cluster, _ = dataset.cluster_labels(label_kind)  # validates label_kind first
+    cluster = np.asarray(cluster, dtype=np.int64)
+    n = len(cluster)
+    num_labels = len(np.unique(cluster))
+    for name, value, low in (
+        ("num_partitions", num_partitions, 1),
+        ("partition_size", partition_size, 2),
+        ("new_partitions", new_partitions, 0),
+        ("num_components", num_components, 1),
+        ("aux_size", aux_size, 1),
+        ("seed", seed, 0),
+    ):
+        if int(value) != value or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    num_partitions, partition_size = int(num_partitions), int(partition_size)
+    new_partitions, num_components, seed = int(new_partitions), int(num_components), int(seed)
+    aux_size = int(aux_size)
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    if new_partitions and not alpha_new > 0:
+        raise ValueError(f"alpha_new must be > 0, got {alpha_new}")
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    if not num_labels <= aux_size < n:
+        raise ValueError(
+            f"aux_size must be in [{num_labels}, {n}) for {dataset.name!r} "
+            f"(one row per {label_kind} label at least), got {aux_size}"
+        )
+    needed = aux_size + (num_partitions + new_partitions) * partition_size
+    if needed > n:
+        raise ValueError(
+            f"{dataset.name!r} has {n} rows, but aux_size={aux_size} plus "
+            f"{num_partitions} + {new_partitions} clients of {partition_size} rows need {needed}"
+        )
+
+    aux, pool = server_aux_split(cluster, aux_size, seed)
+    clients = [
+        pool[p]
+        for p in dirichlet_partition(cluster[pool], num_partitions, partition_size, alpha, seed)
+    ]
+    if new_partitions:
+        taken = np.concatenate(clients)
+        rest = np.setdiff1d(pool, taken, assume_unique=True)
+        new_seed = seed + NEW_PARTITION_SEED_OFFSET
+        clients += [
+            rest[p]
+            for p in dirichlet_partition(
+                cluster[rest], new_partitions, partition_size, alpha_new, new_seed
+            )
+        ]
+    splits = [
+        train_test_split_indices(rows, test_fraction, _derived_seed(seed, _SPLIT_KEY, pid))
+        for pid, rows in enumerate(clients)
+    ]
+    settings = {
+        "dataset": dataset.name,
+        "num_rows": n,
+        "num_cluster_labels": num_labels,
+        "num_partitions": int(num_partitions),
+        "partition_size": int(partition_size),
+        "alpha": float(alpha),
+        "aux_size": int(aux_size),
+        "num_components": int(num_components),
+        "label_kind": label_kind,
+        "test_fraction": float(test_fraction),
+        "seed": int(seed),
+        "new_partitions": int(new_partitions),
+        "alpha_new": float(alpha_new),
+    }
+    return Federation(
+        dataset=dataset,
+        aux_indices=aux,
+        train_indices=[train for train, _ in splits],
+        test_indices=[test for _, test in splits],
+        mixtures=true_mixtures(clients, cluster, num_components),
+        num_train_partitions=int(num_partitions),
+        settings=settings,
+    )

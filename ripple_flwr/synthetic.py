@@ -1,0 +1,247 @@
+"""Synthetic clients for pre-training the router (spec section 3, Algorithm 1 lines 3-8).
+
+A synthetic client draws a mixture y ~ Dir(alpha 1_K), takes exact counts
+(largest remainder of n_syn * y) of images of each component from the
+server's auxiliary set D_aux, and is embedded exactly as a real client is.
+The target is the proportion actually drawn. A *bank* of such clients is
+built once (batched prototypes and scattering), reused across epochs, and
+cached on disk under a key of everything it depends on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ripple_flwr.data.partition import largest_remainder_counts
+from ripple_flwr.embedding import SpectralEmbedder
+
+log = logging.getLogger(__name__)
+
+BANK_FORMAT_VERSION = 1
+# Client images gathered per batch: bounds memory (~n_syn * D * 4 bytes each).
+_GATHER_BYTES = 128 * 2**20
+
+
+@dataclass(frozen=True)
+class BankSettings:
+    """How synthetic clients are drawn.
+
+    ``alpha_dist`` is ``"uniform"`` (the paper: alpha ~ U(low, high)) or
+    ``"log-uniform"`` (makes near-one-hot mixtures common, as Dir(0.1)
+    clients are; it routed real clients better in our calibration).
+    """
+
+    num_clients: int = 22_000
+    client_size: int = 200
+    alpha_low: float = 0.05
+    alpha_high: float = 5.0
+    alpha_dist: str = "log-uniform"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_clients < 1:
+            raise ValueError(f"bank size must be >= 1, got {self.num_clients}")
+        if self.client_size < 2:
+            raise ValueError(f"n_syn (synthetic client size) must be >= 2, got {self.client_size}")
+        if not 0 < self.alpha_low <= self.alpha_high:
+            raise ValueError(
+                f"need 0 < alpha-low <= alpha-high, got {self.alpha_low}, {self.alpha_high}"
+            )
+        if self.alpha_dist not in ("uniform", "log-uniform"):
+            raise ValueError(
+                f"alpha distribution must be 'uniform' or 'log-uniform', got {self.alpha_dist!r}"
+            )
+
+
+@dataclass
+class SyntheticBank:
+    """Embeddings ``(N, P)`` and the mixtures actually drawn ``(N, K)``."""
+
+    embeddings: np.ndarray
+    targets: np.ndarray
+    means: np.ndarray | None = None  # (N, D) client mean images, for the mean-unmixing reference
+
+    def __len__(self) -> int:
+        return len(self.embeddings)
+
+
+def draw_mixtures(
+    num_clients: int, num_components: int, settings: BankSettings, rng: np.random.Generator
+) -> np.ndarray:
+    """y ~ Dir(alpha 1_K) with alpha drawn per client from the configured range."""
+    if settings.alpha_dist == "uniform":
+        alpha = rng.uniform(settings.alpha_low, settings.alpha_high, size=num_clients)
+    else:
+        alpha = np.exp(
+            rng.uniform(np.log(settings.alpha_low), np.log(settings.alpha_high), size=num_clients)
+        )
+    # Gamma draws with tiny alpha underflow to exactly 0 for every component;
+    # renormalise from the largest draw (one-hot) in that case.
+    g = rng.gamma(np.repeat(alpha[:, None], num_components, axis=1))
+    empty = g.sum(axis=1) <= 0
+    if np.any(empty):
+        g[empty, rng.integers(0, num_components, size=int(empty.sum()))] = 1.0
+    return g / g.sum(axis=1, keepdims=True)
+
+
+def sample_client_indices(
+    counts: np.ndarray, by_component: list[np.ndarray], rng: np.random.Generator
+) -> np.ndarray:
+    """Row indices of one synthetic client with ``counts[k]`` rows of component k.
+
+    Without replacement within the client when the auxiliary set has enough
+    rows of a component, otherwise every row once and the rest with replacement.
+    """
+    parts = []
+    for k, c in enumerate(counts):
+        if c == 0:
+            continue
+        pool = by_component[k]
+        if len(pool) == 0:
+            raise ValueError(
+                f"the auxiliary set has no image of component {k}; enlarge aux-size"
+            )
+        if c <= len(pool):
+            parts.append(rng.choice(pool, size=int(c), replace=False))
+        else:
+            extra = rng.choice(pool, size=int(c - len(pool)), replace=True)
+            parts.append(np.concatenate([rng.permutation(pool), extra]))
+    return np.concatenate(parts)
+
+
+def build_bank(
+    embedder: SpectralEmbedder,
+    aux_images: np.ndarray,
+    aux_components: np.ndarray,
+    num_components: int,
+    settings: BankSettings,
+    *,
+    keep_means: bool = False,
+    progress: bool = False,
+) -> SyntheticBank:
+    """Draw and embed ``settings.num_clients`` synthetic clients (no cache)."""
+    rng = np.random.default_rng(settings.seed)
+    flat = np.ascontiguousarray(aux_images.reshape(len(aux_images), -1), dtype=np.float32)
+    by_component = [np.flatnonzero(aux_components == k) for k in range(num_components)]
+    n, d = settings.num_clients, flat.shape[1]
+    mixtures = draw_mixtures(n, num_components, settings, rng)
+    counts = largest_remainder_counts(mixtures, settings.client_size)
+    targets = (counts / settings.client_size).astype(np.float32)
+    embeddings = np.empty((n, embedder.output_dim), dtype=np.float32)
+    means = np.empty((n, d), dtype=np.float32) if keep_means else None
+    chunk = max(1, _GATHER_BYTES // (settings.client_size * d * 4))
+    bar = _progress(n, "synthetic clients", progress)
+    for start in range(0, n, chunk):
+        stop = min(n, start + chunk)
+        idx = np.stack([sample_client_indices(counts[i], by_component, rng) for i in range(start, stop)])
+        clients = torch.from_numpy(flat[idx])
+        embeddings[start:stop] = embedder.embed_batch(clients)
+        if means is not None:
+            means[start:stop] = clients.mean(dim=1).numpy()
+        bar.update(stop - start)
+    bar.close()
+    return SyntheticBank(embeddings=embeddings, targets=targets, means=means)
+
+
+def bank_key(
+    embedder: SpectralEmbedder,
+    aux_images: np.ndarray,
+    aux_components: np.ndarray,
+    num_components: int,
+    settings: BankSettings,
+    keep_means: bool = False,
+) -> str:
+    """A hash of everything the bank depends on: data, embedding and sampling settings."""
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(aux_images, dtype=np.float32).tobytes())
+    h.update(np.ascontiguousarray(aux_components, dtype=np.int64).tobytes())
+    meta = {
+        "version": BANK_FORMAT_VERSION,
+        "image_shape": list(embedder.image_shape),
+        "J": embedder.J,
+        "L": embedder.L,
+        "prototype": asdict(embedder.prototype_settings),
+        "num_components": num_components,
+        "settings": asdict(settings),
+        "keep_means": keep_means,
+    }
+    h.update(json.dumps(meta, sort_keys=True).encode())
+    return h.hexdigest()[:24]
+
+
+def default_cache_dir() -> Path:
+    """``$RIPPLE_CACHE_DIR`` or ``~/.cache/ripple-flwr``."""
+    return Path(os.environ.get("RIPPLE_CACHE_DIR", Path.home() / ".cache" / "ripple-flwr"))
+
+
+def cached_bank(
+    embedder: SpectralEmbedder,
+    aux_images: np.ndarray,
+    aux_components: np.ndarray,
+    num_components: int,
+    settings: BankSettings,
+    *,
+    cache_dir: str | Path | None = None,
+    keep_means: bool = False,
+    progress: bool = False,
+) -> tuple[SyntheticBank, bool]:
+    """The bank from ``cache_dir`` when its key matches, else built and saved.
+
+    Returns the bank and whether it came from the cache. ``cache_dir=""``
+    disables the cache.
+    """
+    key = bank_key(embedder, aux_images, aux_components, num_components, settings, keep_means)
+    directory = default_cache_dir() / "banks" if cache_dir is None else Path(cache_dir)
+    path = directory / f"bank-{key}.npz" if str(cache_dir) != "" else None
+    if path is not None and path.exists():
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                bank = SyntheticBank(
+                    embeddings=f["embeddings"],
+                    targets=f["targets"],
+                    means=f["means"] if "means" in f.files else None,
+                )
+            log.info("synthetic bank loaded from cache %s", path)
+            return bank, True
+        except (OSError, ValueError, KeyError) as err:
+            log.warning("ignoring unreadable bank cache %s (%s); rebuilding", path, err)
+    t0 = time.perf_counter()
+    bank = build_bank(
+        embedder, aux_images, aux_components, num_components, settings,
+        keep_means=keep_means, progress=progress,
+    )
+    log.info("built %d synthetic clients in %.1f s", len(bank), time.perf_counter() - t0)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        arrays = {"embeddings": bank.embeddings, "targets": bank.targets}
+        if bank.means is not None:
+            arrays["means"] = bank.means
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    return bank, False
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    if not enabled:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="client")

@@ -1,0 +1,134 @@
+"""Model zoo: shapes, the paper CNN's size, determinism, state round trips."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ripple_flwr.models import available_models, build_model, get_state, set_state
+
+
+def _forward(model: torch.nn.Module, shape: tuple[int, int, int], batch: int = 2) -> torch.Tensor:
+    model.eval()
+    with torch.no_grad():
+        return model(torch.rand(batch, *shape))
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "classes"),
+    [
+        ("cnn", (1, 28, 28), 10),
+        ("cnn", (3, 32, 32), 10),
+        ("resnet9", (3, 32, 32), 100),
+        ("resnet18", (3, 32, 32), 65),
+        ("resnet18", (1, 28, 28), 10),
+    ],
+)
+def test_output_shape(name: str, shape: tuple[int, int, int], classes: int) -> None:
+    torch.manual_seed(0)
+    model = build_model(name, shape, classes)
+    assert _forward(model, shape).shape == (2, classes)
+    assert model.input_shape == shape
+    assert model.num_classes == classes
+
+
+def test_available_models() -> None:
+    assert set(available_models()) == {"cnn", "resnet9", "resnet18"}
+
+
+def test_cnn_parameter_count_matches_hand_count() -> None:
+    model = build_model("cnn", (1, 28, 28), 10)
+    conv1 = 1 * 16 * 3 * 3 + 16  # 160
+    conv2 = 16 * 32 * 3 * 3 + 32  # 4640
+    flat = 32 * 12 * 12  # 28 -> 26 -> 24 -> pool -> 12
+    fc1 = flat * 64 + 64  # 294976
+    fc2 = 64 * 10 + 10  # 650
+    assert conv1 + conv2 + fc1 + fc2 == 300_426
+    assert sum(p.numel() for p in model.parameters()) == conv1 + conv2 + fc1 + fc2
+
+
+def test_resnet9_uses_groupnorm_and_resnet18_small_stem() -> None:
+    r9 = build_model("resnet9", (3, 32, 32), 10)
+    assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in r9.modules())
+    assert any(isinstance(m, torch.nn.GroupNorm) for m in r9.modules())
+    r18 = build_model("resnet18", (1, 28, 28), 10)
+    assert r18.conv1.kernel_size == (3, 3) and r18.conv1.stride == (1, 1)
+    assert r18.conv1.in_channels == 1
+    assert isinstance(r18.maxpool, torch.nn.Identity)
+    # BatchNorm kept: integer buffers appear in the state.
+    assert get_state(r18)["bn1.num_batches_tracked"].dtype == np.int64
+
+
+@pytest.mark.parametrize("name", ["cnn", "resnet9", "resnet18"])
+def test_construction_is_deterministic_under_seed(name: str) -> None:
+    states = []
+    for _ in range(2):
+        torch.manual_seed(123)
+        states.append(get_state(build_model(name, (3, 32, 32), 10)))
+    assert list(states[0]) == list(states[1])
+    for key in states[0]:
+        np.testing.assert_array_equal(states[0][key], states[1][key])
+    torch.manual_seed(124)
+    other = get_state(build_model(name, (3, 32, 32), 10))
+    assert any(not np.array_equal(states[0][k], other[k]) for k in other)
+
+
+def test_unknown_name_and_too_small_images() -> None:
+    with pytest.raises(ValueError, match="cnn, resnet9, resnet18"):
+        build_model("vgg", (1, 28, 28), 10)
+    with pytest.raises(ValueError, match="at least 6x6"):
+        build_model("cnn", (1, 5, 28), 10)
+    with pytest.raises(ValueError, match="at least 8x8"):
+        build_model("resnet9", (3, 4, 4), 10)
+    with pytest.raises(ValueError, match="three positive ints"):
+        build_model("cnn", (28, 28), 10)  # type: ignore[arg-type]
+
+
+def test_get_set_state_round_trip() -> None:
+    torch.manual_seed(0)
+    src = build_model("resnet18", (1, 28, 28), 10)
+    src.train()
+    _ = src(torch.rand(4, 1, 28, 28))  # move BatchNorm running stats and counters
+    state = get_state(src)
+    assert list(state) == list(src.state_dict())
+    assert all(isinstance(v, np.ndarray) for v in state.values())
+    torch.manual_seed(1)
+    dst = build_model("resnet18", (1, 28, 28), 10)
+    set_state(dst, state)
+    for key, value in dst.state_dict().items():
+        np.testing.assert_array_equal(value.numpy(), state[key])
+    assert int(dst.state_dict()["bn1.num_batches_tracked"]) == 1
+    # get_state returns copies: changing the model afterwards leaves them alone.
+    before = state["conv1.weight"].copy()
+    with torch.no_grad():
+        src.conv1.weight.add_(1.0)
+    np.testing.assert_array_equal(state["conv1.weight"], before)
+
+
+def test_set_state_reports_mismatches_and_writes_nothing() -> None:
+    model = build_model("cnn", (1, 28, 28), 10)
+    state = get_state(model)
+    original = {k: v.copy() for k, v in state.items()}
+    bad = dict(state)
+    del bad["features.0.bias"]
+    bad["extra"] = np.zeros(3, dtype=np.float32)
+    bad["classifier.2.weight"] = np.zeros((5, 64), dtype=np.float32)
+    bad["features.0.weight"] = np.ones_like(state["features.0.weight"])
+    with pytest.raises(ValueError) as info:
+        set_state(model, bad)
+    message = str(info.value)
+    assert "missing keys: features.0.bias" in message
+    assert "unexpected keys: extra" in message
+    assert "classifier.2.weight: expected (10, 64), got (5, 64)" in message
+    for key, value in get_state(model).items():
+        np.testing.assert_array_equal(value, original[key])
+
+
+def test_set_state_accepts_read_only_arrays() -> None:
+    model = build_model("cnn", (1, 28, 28), 10)
+    state = {k: np.zeros_like(v) for k, v in get_state(model).items()}
+    for v in state.values():
+        v.flags.writeable = False
+    set_state(model, state)
+    assert all(float(p.detach().abs().sum()) == 0.0 for p in model.parameters())

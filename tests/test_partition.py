@@ -1,0 +1,301 @@
+"""Client partitions: exact counts, Dirichlet mixtures, D_aux, splits and the federation."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from ripple_flwr.data import (
+    Federation,
+    ImageDataset,
+    build_federation,
+    dirichlet_partition,
+    fold_labels,
+    largest_remainder_counts,
+    mixture_of,
+    sample_dirichlet_clients,
+    server_aux_split,
+    train_test_split_indices,
+    true_mixtures,
+)
+
+
+def balanced_labels(per_class: int, num_classes: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).permutation(np.repeat(np.arange(num_classes), per_class))
+
+
+def toy_dataset(n: int = 3000, num_classes: int = 10, with_domains: bool = False) -> ImageDataset:
+    """Tiny 1x4x4 images: the federation logic without the cost of real pixels."""
+    rng = np.random.default_rng(1)
+    labels = balanced_labels(n // num_classes, num_classes)
+    return ImageDataset(
+        name="toy",
+        images=rng.random((len(labels), 1, 4, 4), dtype=np.float32),
+        labels=labels,
+        num_classes=num_classes,
+        domains=np.arange(len(labels)) % 4 if with_domains else None,
+        num_domains=4 if with_domains else 0,
+    )
+
+
+# --------------------------------------------------------------------------- counts, folding
+
+
+def test_largest_remainder_counts_by_hand() -> None:
+    np.testing.assert_array_equal(largest_remainder_counts(np.array([0.5, 0.3, 0.2]), 7), [4, 2, 1])
+    # Ties go to the lowest index; unnormalised proportions are fine.
+    np.testing.assert_array_equal(largest_remainder_counts(np.array([1.0, 1.0, 1.0]), 4), [2, 1, 1])
+    np.testing.assert_array_equal(largest_remainder_counts(np.array([0.0, 2.0, 2.0]), 5), [0, 3, 2])
+    np.testing.assert_array_equal(largest_remainder_counts(np.array([0.25, 0.75]), 0), [0, 0])
+    batch = np.random.default_rng(0).dirichlet(np.full(10, 0.3), size=500)
+    counts = largest_remainder_counts(batch, 200)
+    assert counts.shape == (500, 10) and (counts.sum(axis=1) == 200).all()
+    assert np.abs(counts / 200 - batch).max() <= 1 / 200 + 1e-12
+    with pytest.raises(ValueError):
+        largest_remainder_counts(np.array([0.5, -0.1]), 3)
+
+
+def test_fold_labels_and_mixture_of() -> None:
+    folded = fold_labels(np.arange(12), 10)
+    assert folded[11] == 1 and folded[10] == 0 and folded[9] == 9
+    np.testing.assert_allclose(mixture_of(np.array([0, 10, 1, 11]), 10)[:2], [0.5, 0.5])
+    with pytest.raises(ValueError):
+        fold_labels(np.arange(3), 0)
+
+
+# --------------------------------------------------------------------------- dirichlet_partition
+
+
+def test_dirichlet_partition_disjoint_fixed_size_deterministic() -> None:
+    labels = balanced_labels(300, 10)
+    parts = dirichlet_partition(labels, 10, 150, alpha=0.3, seed=4)
+    assert len(parts) == 10
+    for p in parts:
+        assert p.dtype == np.int64 and len(p) == 150 and len(np.unique(p)) == 150
+    everything = np.concatenate(parts)
+    assert len(np.unique(everything)) == 1500 and everything.max() < len(labels)
+    again = dirichlet_partition(labels, 10, 150, alpha=0.3, seed=4)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
+    other = dirichlet_partition(labels, 10, 150, alpha=0.3, seed=5)
+    assert not all(np.array_equal(a, b) for a, b in zip(parts, other, strict=True))
+
+
+def test_dirichlet_partition_follows_alpha_and_odd_labels() -> None:
+    labels = balanced_labels(400, 10)
+    uniform = np.full(10, 0.1)
+
+    def mean_l1(alpha: float) -> float:
+        parts = dirichlet_partition(labels, 15, 200, alpha=alpha, seed=0)
+        return float(np.abs(true_mixtures(parts, labels, 10) - uniform).sum(axis=1).mean())
+
+    # Large alpha: near uniform (the multinomial noise of 200 draws is ~0.17 L1);
+    # small alpha: clients of one or two classes (L1 near its maximum 1.8).
+    assert mean_l1(1000.0) < 0.3
+    assert mean_l1(0.05) > 1.2
+    # Label values need not be 0..C-1 (the partitioner itself assumes they are).
+    odd = np.array([3, 7, 11])[balanced_labels(100, 3)]
+    parts = dirichlet_partition(odd, 4, 50, alpha=1.0, seed=0)
+    taken = np.concatenate(parts)
+    assert len(np.unique(taken)) == 200 and set(np.unique(odd[taken])) <= {3, 7, 11}
+
+
+def test_dirichlet_partition_errors() -> None:
+    labels = balanced_labels(10, 10)
+    with pytest.raises(ValueError, match="need 110 rows, but only 100 are available"):
+        dirichlet_partition(labels, 11, 10, alpha=1.0, seed=0)
+    with pytest.raises(ValueError, match="alpha must be > 0"):
+        dirichlet_partition(labels, 2, 10, alpha=0.0, seed=0)
+    with pytest.raises(ValueError, match="partition_size must be >= 2"):
+        dirichlet_partition(labels, 2, 1, alpha=1.0, seed=0)
+    with pytest.raises(ValueError, match="num_partitions must be >= 1"):
+        dirichlet_partition(labels, 0, 10, alpha=1.0, seed=0)
+
+
+# --------------------------------------------------------------------------- sampled clients
+
+
+def test_sample_dirichlet_clients_reproduces_exact_counts() -> None:
+    labels = balanced_labels(500, 10)
+    rng = np.random.default_rng(42)
+    twin = copy.deepcopy(rng)
+    clients = sample_dirichlet_clients(labels, 3, 200, alpha=0.5, rng=rng)
+    # Each client's first draw is its Dirichlet vector; no label is short here, so the
+    # counts are exactly the largest-remainder counts of that draw.
+    p = twin.dirichlet(np.full(10, 0.5))
+    np.testing.assert_array_equal(
+        np.bincount(labels[clients[0]], minlength=10), largest_remainder_counts(p, 200)
+    )
+    for c in clients:
+        assert len(c) == 200 and len(np.unique(c)) == 200 and c.dtype == np.int64
+
+
+def test_sample_dirichlet_clients_mean_near_uniform_and_folding() -> None:
+    labels = balanced_labels(100, 10)
+    clients = sample_dirichlet_clients(labels, 2000, 50, alpha=1.0, rng=np.random.default_rng(0))
+    mean = true_mixtures(clients, labels, 10).mean(axis=0)
+    assert np.abs(mean - 0.1).max() < 0.01
+    # Folded: the Dirichlet is over K=4 components, each spread over its classes.
+    twelve = balanced_labels(50, 12)
+    rng = np.random.default_rng(3)
+    twin = copy.deepcopy(rng)
+    folded = sample_dirichlet_clients(twelve, 1, 60, alpha=2.0, rng=rng, num_components=4)
+    p = twin.dirichlet(np.full(4, 2.0))
+    np.testing.assert_array_equal(
+        np.bincount(fold_labels(twelve[folded[0]], 4), minlength=4),
+        largest_remainder_counts(p, 60),
+    )
+
+
+def test_sample_dirichlet_clients_caps_short_labels() -> None:
+    labels = np.concatenate([np.zeros(3, np.int64), np.ones(40, np.int64), np.full(40, 2)])
+    clients = sample_dirichlet_clients(labels, 300, 30, alpha=0.05, rng=np.random.default_rng(1))
+    for c in clients:
+        assert len(c) == 30 and len(np.unique(c)) == 30
+        assert np.count_nonzero(labels[c] == 0) <= 3
+    with pytest.raises(ValueError, match="client_size"):
+        sample_dirichlet_clients(labels, 1, 84, alpha=1.0, rng=np.random.default_rng(0))
+
+
+# --------------------------------------------------------------------------- aux, splits
+
+
+def test_server_aux_split_balanced_disjoint() -> None:
+    labels = balanced_labels(500, 10)
+    aux, pool = server_aux_split(labels, 1005, seed=0)
+    assert len(aux) == 1005 and len(pool) == 3995
+    assert len(np.intersect1d(aux, pool)) == 0
+    np.testing.assert_array_equal(np.union1d(aux, pool), np.arange(5000))
+    counts = np.bincount(labels[aux], minlength=10)
+    assert counts.min() == 100 and counts.max() == 101
+    again, _ = server_aux_split(labels, 1005, seed=0)
+    np.testing.assert_array_equal(aux, again)
+    # A label with too few rows gives all it has; the others make up for it.
+    short = np.concatenate([np.zeros(2, np.int64), np.repeat(np.arange(1, 5), 30)])
+    aux, _ = server_aux_split(short, 50, seed=1)
+    np.testing.assert_array_equal(np.bincount(short[aux]), [2, 12, 12, 12, 12])
+    with pytest.raises(ValueError, match=r"aux_size must be in \[5, 122\)"):
+        server_aux_split(short, 4, seed=0)
+    with pytest.raises(ValueError, match="aux_size"):
+        server_aux_split(short, 122, seed=0)
+
+
+def test_train_test_split_indices() -> None:
+    rows = np.arange(1000, 1200)
+    train, test = train_test_split_indices(rows, 0.2, seed=3)
+    assert len(train) == 160 and len(test) == 40
+    np.testing.assert_array_equal(np.union1d(train, test), rows)
+    again = train_test_split_indices(rows, 0.2, seed=3)
+    np.testing.assert_array_equal(train, again[0])
+    assert train_test_split_indices(np.array([5, 9]), 0.2, seed=0)[1].size == 1
+    assert train_test_split_indices(np.array([5, 9]), 0.9, seed=0)[0].size == 1
+    with pytest.raises(ValueError, match=">= 2 rows"):
+        train_test_split_indices(np.array([5]), 0.2, seed=0)
+    with pytest.raises(ValueError, match="test_fraction"):
+        train_test_split_indices(rows, 1.0, seed=0)
+
+
+def test_true_mixtures() -> None:
+    labels = np.array([0, 1, 1, 2, 11, 3])
+    mix = true_mixtures([np.array([0, 1, 2]), np.array([3, 4, 5])], labels, 10)
+    assert mix.shape == (2, 10)
+    np.testing.assert_allclose(mix.sum(axis=1), 1.0)
+    np.testing.assert_allclose(mix[0, :2], [1 / 3, 2 / 3])
+    np.testing.assert_allclose(mix[1, [1, 2, 3]], [1 / 3, 1 / 3, 1 / 3])  # 11 -> 1
+    assert true_mixtures([], labels, 4).shape == (0, 4)
+
+
+# --------------------------------------------------------------------------- federation
+
+
+def build(dataset: ImageDataset, **overrides: object) -> Federation:
+    args: dict = dict(
+        num_partitions=8,
+        partition_size=100,
+        alpha=0.3,
+        aux_size=500,
+        num_components=4,
+        seed=7,
+        new_partitions=3,
+        alpha_new=1.0,
+    )
+    args.update(overrides)
+    return build_federation(dataset, **args)
+
+
+def test_build_federation_disjoint_and_consistent() -> None:
+    dataset = toy_dataset()
+    fed = build(dataset)
+    assert fed.num_train_partitions == 8 and fed.num_partitions == 11
+    assert fed.num_new_partitions == 3 and fed.num_components == 4
+    pieces = [fed.aux_indices] + fed.train_indices + fed.test_indices
+    everything = np.concatenate(pieces)
+    assert len(everything) == len(np.unique(everything)) == 500 + 11 * 100
+    for pid in range(fed.num_partitions):
+        assert len(fed.train_indices[pid]) == 80 and len(fed.test_indices[pid]) == 20
+        x_tr, y_tr, x_te, y_te = fed.client_data(pid)
+        assert x_tr.shape == (80, 1, 4, 4) and x_te.shape == (20, 1, 4, 4)
+        np.testing.assert_array_equal(y_tr, dataset.labels[fed.train_indices[pid]])
+        np.testing.assert_array_equal(y_te, dataset.labels[fed.test_indices[pid]])
+        assert fed.client_images(pid).shape == (100, 1, 4, 4)
+        np.testing.assert_allclose(
+            fed.mixtures[pid], mixture_of(dataset.labels[fed.client_indices(pid)], 4)
+        )
+    assert fed.mixtures.shape == (11, 4)
+    np.testing.assert_allclose(fed.mixtures.sum(axis=1), 1.0)
+    aux_x, aux_y = fed.aux_data()
+    assert aux_x.shape == (500, 1, 4, 4) and aux_y.max() < 4
+    np.testing.assert_array_equal(aux_y, dataset.labels[fed.aux_indices] % 4)
+    assert fed.settings["alpha"] == 0.3 and fed.settings["new_partitions"] == 3
+    assert fed.settings["dataset"] == "toy" and fed.settings["label_kind"] == "class"
+    with pytest.raises(IndexError):
+        fed.client_data(11)
+
+
+def test_build_federation_deterministic() -> None:
+    dataset = toy_dataset()
+    a, b = build(dataset), build(dataset)
+    np.testing.assert_array_equal(a.aux_indices, b.aux_indices)
+    for x, y in zip(
+        a.train_indices + a.test_indices, b.train_indices + b.test_indices, strict=True
+    ):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(a.mixtures, b.mixtures)
+    c = build(dataset, seed=8)
+    assert not np.array_equal(a.train_indices[0], c.train_indices[0])
+
+
+def test_build_federation_domain_clusters() -> None:
+    dataset = toy_dataset(with_domains=True)
+    fed = build(dataset, label_kind="domain", num_components=4, new_partitions=0)
+    assert fed.num_partitions == 8
+    for pid in range(8):
+        np.testing.assert_allclose(
+            fed.mixtures[pid], mixture_of(dataset.domains[fed.client_indices(pid)], 4)
+        )
+        # The model still trains on class labels.
+        np.testing.assert_array_equal(
+            fed.client_data(pid)[1], dataset.labels[fed.train_indices[pid]]
+        )
+    np.testing.assert_array_equal(
+        np.bincount(dataset.domains[fed.aux_indices], minlength=4), [125] * 4
+    )
+
+
+def test_build_federation_errors() -> None:
+    dataset = toy_dataset()
+    with pytest.raises(ValueError, match=r"has 3000 rows.*need 3100"):
+        build(dataset, num_partitions=23)
+    with pytest.raises(ValueError, match="aux_size must be in"):
+        build(dataset, aux_size=5)
+    with pytest.raises(ValueError, match="alpha must be > 0"):
+        build(dataset, alpha=-1.0)
+    with pytest.raises(ValueError, match="partition_size"):
+        build(dataset, partition_size=1)
+    with pytest.raises(ValueError, match="test_fraction"):
+        build(dataset, test_fraction=0.0)
+    with pytest.raises(ValueError, match="no domain label"):
+        build(dataset, label_kind="domain")
+    with pytest.raises(ValueError, match="unknown label kind"):
+        build(dataset, label_kind="style")
