@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -96,26 +97,37 @@ def draw_mixtures(
 def sample_client_indices(
     counts: np.ndarray, by_component: list[np.ndarray], rng: np.random.Generator
 ) -> np.ndarray:
-    """Row indices of one synthetic client with ``counts[k]`` rows of component k.
+    """Row indices ``(B, n)`` of B synthetic clients with ``counts[b, k]`` rows of component k.
 
-    Without replacement within the client when the auxiliary set has enough
-    rows of a component, otherwise every row once and the rest with replacement.
+    Rows are distinct within a client while the auxiliary set has enough of
+    a component; beyond that, the extra rows are drawn with replacement.
+    Vectorised over clients: one random key matrix per component.
     """
-    parts = []
-    for k, c in enumerate(counts):
-        if c == 0:
+    counts = np.atleast_2d(counts)
+    b = len(counts)
+    sizes = counts.sum(axis=1)
+    if np.any(sizes != sizes[0]):
+        raise ValueError("all clients of one batch must have the same size")
+    out = np.empty((b, int(sizes[0])), dtype=np.int64)
+    offset = np.zeros(b, dtype=np.int64)
+    for k, pool in enumerate(by_component):
+        c = counts[:, k]
+        c_max = int(c.max())
+        if c_max == 0:
             continue
-        pool = by_component[k]
         if len(pool) == 0:
             raise ValueError(
                 f"the auxiliary set has no image of component {k}; enlarge aux-size"
             )
-        if c <= len(pool):
-            parts.append(rng.choice(pool, size=int(c), replace=False))
-        else:
-            extra = rng.choice(pool, size=int(c - len(pool)), replace=True)
-            parts.append(np.concatenate([rng.permutation(pool), extra]))
-    return np.concatenate(parts)
+        take = min(c_max, len(pool))
+        picks = np.argsort(rng.random((b, len(pool))), axis=1)[:, :take]
+        if c_max > len(pool):
+            extra = rng.integers(0, len(pool), size=(b, c_max - len(pool)))
+            picks = np.concatenate([picks, extra], axis=1)
+        rows, cols = np.nonzero(np.arange(c_max)[None, :] < c[:, None])
+        out[rows, offset[rows] + cols] = pool[picks[rows, cols]]
+        offset += c
+    return out
 
 
 def build_bank(
@@ -127,8 +139,14 @@ def build_bank(
     *,
     keep_means: bool = False,
     progress: bool = False,
+    workers: int | None = None,
 ) -> SyntheticBank:
-    """Draw and embed ``settings.num_clients`` synthetic clients (no cache)."""
+    """Draw and embed ``settings.num_clients`` synthetic clients (no cache).
+
+    All random draws happen first, in order, from one seeded generator; the
+    embedding of batches then runs on ``workers`` threads with one torch
+    thread each, so the bank is bit-identical whatever the number of workers.
+    """
     rng = np.random.default_rng(settings.seed)
     flat = np.ascontiguousarray(aux_images.reshape(len(aux_images), -1), dtype=np.float32)
     by_component = [np.flatnonzero(aux_components == k) for k in range(num_components)]
@@ -136,19 +154,38 @@ def build_bank(
     mixtures = draw_mixtures(n, num_components, settings, rng)
     counts = largest_remainder_counts(mixtures, settings.client_size)
     targets = (counts / settings.client_size).astype(np.float32)
+    chunk = max(1, _GATHER_BYTES // (settings.client_size * d * 4))
+    starts = list(range(0, n, chunk))
+    indices = [
+        sample_client_indices(counts[s : s + chunk], by_component, rng) for s in starts
+    ]
     embeddings = np.empty((n, embedder.output_dim), dtype=np.float32)
     means = np.empty((n, d), dtype=np.float32) if keep_means else None
-    chunk = max(1, _GATHER_BYTES // (settings.client_size * d * 4))
-    bar = _progress(n, "synthetic clients", progress)
-    for start in range(0, n, chunk):
-        stop = min(n, start + chunk)
-        idx = np.stack([sample_client_indices(counts[i], by_component, rng) for i in range(start, stop)])
-        clients = torch.from_numpy(flat[idx])
-        embeddings[start:stop] = embedder.embed_batch(clients)
+
+    def work(i: int) -> int:
+        clients = torch.from_numpy(flat[indices[i]])
+        lo = starts[i]
+        embeddings[lo : lo + len(clients)] = embedder.embed_batch(clients)
         if means is not None:
-            means[start:stop] = clients.mean(dim=1).numpy()
-        bar.update(stop - start)
-    bar.close()
+            means[lo : lo + len(clients)] = clients.mean(dim=1).numpy()
+        return len(clients)
+
+    workers = workers or (1 if embedder.device.type == "cuda" else min(4, os.cpu_count() or 1))
+    bar = _progress(n, "synthetic clients", progress)
+    threads = torch.get_num_threads()
+    try:
+        if embedder.device.type == "cpu":
+            torch.set_num_threads(1)
+        if workers > 1:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                for done in pool.map(work, range(len(starts))):
+                    bar.update(done)
+        else:
+            for i in range(len(starts)):
+                bar.update(work(i))
+    finally:
+        torch.set_num_threads(threads)
+        bar.close()
     return SyntheticBank(embeddings=embeddings, targets=targets, means=means)
 
 
