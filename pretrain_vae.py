@@ -68,6 +68,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="steps between held-out evaluations")
     g.add_argument("--patience", type=int, default=t.patience,
                    help="evaluations without improvement before stopping")
+    g.add_argument("--lr-schedule", default=t.lr_schedule, choices=["constant", "cosine"],
+                   help="learning-rate schedule over --steps")
+    g.add_argument("--ema", type=float, default=t.ema,
+                   help="decay of the weight average that is evaluated and saved (0 = off)")
     g.add_argument("--lambda-sup", type=float, default=w.lambda_sup, help="supervised weight")
     g.add_argument("--lambda-kl", type=float, default=w.lambda_kl, help="KL weight")
     g.add_argument("--lambda-rec", type=float, default=w.lambda_rec, help="reconstruction weight")
@@ -118,6 +122,8 @@ def settings_from_args(a: argparse.Namespace) -> PretrainSettings:
             eval_every=a.eval_every,
             patience=a.patience,
             prune=a.prune,
+            lr_schedule=a.lr_schedule,
+            ema=a.ema,
             loss=LossWeights(a.lambda_sup, a.lambda_kl, a.lambda_rec, a.supervised),
         ),
         latent_dim=a.latent_dim,

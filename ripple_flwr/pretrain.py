@@ -52,13 +52,15 @@ MATCHING_KEYS = (
 class TrainSettings:
     """Optimisation of the GMM-VAE (paper Table 5: AdamW 5e-4, wd 1e-4, batch 64)."""
 
-    steps: int = 10_000
+    steps: int = 6_000
     batch_size: int = 64
     lr: float = 5e-4
     weight_decay: float = 1e-4
     eval_every: int = 500
     patience: int = 6
     prune: float = 0.01
+    lr_schedule: str = "cosine"
+    ema: float = 0.999
     loss: LossWeights = field(default_factory=LossWeights)
 
     def __post_init__(self) -> None:
@@ -66,6 +68,10 @@ class TrainSettings:
             raise ValueError("steps, batch size and eval-every must be >= 1")
         if not 0 <= self.prune < 1:
             raise ValueError(f"prune threshold must be in [0, 1), got {self.prune}")
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise ValueError(f"lr schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}")
+        if not 0 <= self.ema < 1:
+            raise ValueError(f"ema decay must be in [0, 1), got {self.ema}")
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,9 @@ def train_gmm_vae(
 ) -> tuple[GMMVAE, list[dict]]:
     """Train on the bank, keep the state with the lowest held-out routing L1.
 
+    The evaluated (and returned) weights are an exponential moving average
+    of the trained ones (``ema``), and the learning rate follows a cosine
+    decay: both remove most of the step-to-step noise of the held-out error.
     Stops early after ``patience`` evaluations without improvement. Every
     random choice (initialisation, batches, sampled components, noise) comes
     from ``seed``.
@@ -139,8 +148,12 @@ def train_gmm_vae(
     opt = torch.optim.AdamW(
         model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay, fused=True
     )
+    sched = None
+    if settings.lr_schedule == "cosine":
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=settings.steps)
+    averaged = copy.deepcopy(model) if settings.ema > 0 else model
     history: list[dict] = []
-    best = (float("inf"), copy.deepcopy(model.state_dict()), 0)
+    best = (float("inf"), copy.deepcopy(averaged.state_dict()), 0)
     stale = 0
     bar = None
     if progress:
@@ -155,13 +168,22 @@ def train_gmm_vae(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if sched is not None:
+            sched.step()
+        if averaged is not model:
+            # Warm-up of the decay (as TensorFlow's EMA with num_updates): early
+            # steps are not averaged with the random initialisation.
+            decay = min(settings.ema, (1 + step) / (10 + step))
+            with torch.no_grad():
+                for a, p in zip(averaged.parameters(), model.parameters(), strict=True):
+                    a.lerp_(p, 1.0 - decay)
         for k, v in parts.items():
             running[k] = running.get(k, 0.0) + v
         if bar is not None:
             bar.update(1)
         if step % settings.eval_every == 0 or step == settings.steps:
-            model.eval()
-            w = prune_weights(model.posterior(x_val).double().cpu().numpy(), settings.prune)
+            averaged.eval()
+            w = prune_weights(averaged.posterior(x_val).double().cpu().numpy(), settings.prune)
             l1 = routing_l1(w, val_bank.targets)
             n = step - (history[-1]["step"] if history else 0)
             history.append(
@@ -171,7 +193,7 @@ def train_gmm_vae(
             if bar is not None:
                 bar.set_postfix(val_l1=f"{l1:.3f}")
             if l1 < best[0] - 1e-4:
-                best, stale = (l1, copy.deepcopy(model.state_dict()), step), 0
+                best, stale = (l1, copy.deepcopy(averaged.state_dict()), step), 0
             else:
                 stale += 1
                 if stale >= settings.patience:

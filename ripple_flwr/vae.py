@@ -57,7 +57,7 @@ class LossWeights:
     lambda_sup: float = 5.0
     lambda_kl: float = 0.05
     lambda_rec: float = 1.0
-    supervised: str = "kl_qy"
+    supervised: str = "kl_yq"
 
     def __post_init__(self) -> None:
         if self.supervised not in SUPERVISED_DIVERGENCES:
