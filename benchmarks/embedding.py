@@ -56,7 +56,11 @@ def main() -> None:
     build_bank(emb, mnist.images[aux], mnist.labels[aux], 10, settings)
     out["synthetic_clients_per_s"] = args.bank_clients / (time.perf_counter() - t)
     out.update(
-        {"device": str(emb.device), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+        {
+            "device": str(emb.device),
+            "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+        }
     )
     print(json.dumps(out))
 

@@ -25,8 +25,18 @@ KEYS = ("pretrain_seconds", "bank_seconds", "train_seconds", "train_steps", "pea
 def run(dataset: str, extra: list[str], out_dir: Path) -> dict:
     cache = out_dir / f"cache-{dataset}"
     ckpt = out_dir / f"{dataset}.pt"
-    cmd = [sys.executable, str(ROOT / "pretrain_vae.py"), "--dataset", dataset,
-           "--output", str(ckpt), "--cache-dir", str(cache), "--no-progress", *extra]
+    cmd = [
+        sys.executable,
+        str(ROOT / "pretrain_vae.py"),
+        "--dataset",
+        dataset,
+        "--output",
+        str(ckpt),
+        "--cache-dir",
+        str(cache),
+        "--no-progress",
+        *extra,
+    ]
     t = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - t

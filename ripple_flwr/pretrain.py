@@ -69,7 +69,9 @@ class TrainSettings:
         if not 0 <= self.prune < 1:
             raise ValueError(f"prune threshold must be in [0, 1), got {self.prune}")
         if self.lr_schedule not in ("constant", "cosine"):
-            raise ValueError(f"lr schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}")
+            raise ValueError(
+                f"lr schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}"
+            )
         if not 0 <= self.ema < 1:
             raise ValueError(f"ema decay must be in [0, 1), got {self.ema}")
 
@@ -186,9 +188,7 @@ def train_gmm_vae(
             w = prune_weights(averaged.posterior(x_val).double().cpu().numpy(), settings.prune)
             l1 = routing_l1(w, val_bank.targets)
             n = step - (history[-1]["step"] if history else 0)
-            history.append(
-                {"step": step, "val_l1": l1, **{k: v / n for k, v in running.items()}}
-            )
+            history.append({"step": step, "val_l1": l1, **{k: v / n for k, v in running.items()}})
             running = {}
             if bar is not None:
                 bar.set_postfix(val_l1=f"{l1:.3f}")
@@ -324,7 +324,9 @@ def _real_client_report(
         for name, router in routers.items():
             feats = phis if router.needs == "embedding" else means
             suffix = "" if name == "gmm-vae" else f"_{name.replace('-', '_')}"
-            report[f"routing_l1_real_a{float(alpha)}{suffix}"] = routing_l1(router.route(feats), truth)
+            report[f"routing_l1_real_a{float(alpha)}{suffix}"] = routing_l1(
+                router.route(feats), truth
+            )
     return report
 
 
@@ -353,12 +355,20 @@ def pretrain(
     )
     t0 = time.perf_counter()
     bank, bank_cached = cached_bank(
-        embedder, aux_images, aux_comp, k, settings.bank,
-        cache_dir=settings.cache_dir, progress=progress,
+        embedder,
+        aux_images,
+        aux_comp,
+        k,
+        settings.bank,
+        cache_dir=settings.cache_dir,
+        progress=progress,
     )
     held = BankSettings(
-        **{**asdict(settings.bank), "num_clients": settings.heldout_clients,
-           "seed": settings.bank.seed + 1_000_003}
+        **{
+            **asdict(settings.bank),
+            "num_clients": settings.heldout_clients,
+            "seed": settings.bank.seed + 1_000_003,
+        }
     )
     val_bank, _ = cached_bank(
         embedder, aux_images, aux_comp, k, held, cache_dir=settings.cache_dir, keep_means=True
@@ -373,7 +383,12 @@ def pretrain(
     )
     t0 = time.perf_counter()
     model, history = train_gmm_vae(
-        bank, val_bank, config, settings.train, seed=settings.seed, device=device,
+        bank,
+        val_bank,
+        config,
+        settings.train,
+        seed=settings.seed,
+        device=device,
         progress=progress,
     )
     train_seconds = time.perf_counter() - t0
@@ -413,4 +428,6 @@ def pretrain(
 
 
 def _jsonable(obj):
-    return json.loads(json.dumps(obj, default=lambda o: list(o) if isinstance(o, tuple) else str(o)))
+    return json.loads(
+        json.dumps(obj, default=lambda o: list(o) if isinstance(o, tuple) else str(o))
+    )

@@ -54,8 +54,9 @@ class Scattering2D(torch.nn.Module):
             raise ValueError(f"J={J} too large for {m}x{n} images (need 2**J < min(H, W))")
         self.J, self.L, self.shape = J, L, (m, n)
         mp, np_ = compute_padding(m, n, J)
-        self._pad = Pad([(mp - m) // 2, (mp - m + 1) // 2, (np_ - n) // 2, (np_ - n + 1) // 2],
-                        [m, n])
+        self._pad = Pad(
+            [(mp - m) // 2, (mp - m + 1) // 2, (np_ - n) // 2, (np_ - n + 1) // 2], [m, n]
+        )
         bank = filter_bank(mp, np_, J, L)
         for res, level in enumerate(bank["phi"]["levels"]):
             self.register_buffer(f"phi_{res}", torch.from_numpy(level).float())
@@ -68,7 +69,7 @@ class Scattering2D(torch.nn.Module):
 
     @property
     def num_maps(self) -> int:
-        J, L = self.J, self.L
+        J = self.J
         return 1 + J * L + L * L * J * (J - 1) // 2
 
     def _phi(self, res: int) -> torch.Tensor:
@@ -88,9 +89,11 @@ class Scattering2D(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.ndim != 3 or tuple(x.shape[-2:]) != self.shape:
-            raise ValueError(f"expected (B, {self.shape[0]}, {self.shape[1]}), got {tuple(x.shape)}")
+            raise ValueError(
+                f"expected (B, {self.shape[0]}, {self.shape[1]}), got {tuple(x.shape)}"
+            )
         b = x.shape[0]
-        J, L = self.J, self.L
+        J = self.J
         u0 = torch.fft.fft2(self._pad(x.contiguous())[..., 0])  # (B, Mp, Np) complex
         s0 = self._lowpass(u0, 0)[:, None]  # (B, 1, h, w)
         first, second = [], []

@@ -116,9 +116,7 @@ def sample_client_indices(
         if c_max == 0:
             continue
         if len(pool) == 0:
-            raise ValueError(
-                f"the auxiliary set has no image of component {k}; enlarge aux-size"
-            )
+            raise ValueError(f"the auxiliary set has no image of component {k}; enlarge aux-size")
         take = min(c_max, len(pool))
         picks = np.argsort(rng.random((b, len(pool))), axis=1)[:, :take]
         if c_max > len(pool):
@@ -156,9 +154,7 @@ def build_bank(
     targets = (counts / settings.client_size).astype(np.float32)
     chunk = max(1, _GATHER_BYTES // (settings.client_size * d * 4))
     starts = list(range(0, n, chunk))
-    indices = [
-        sample_client_indices(counts[s : s + chunk], by_component, rng) for s in starts
-    ]
+    indices = [sample_client_indices(counts[s : s + chunk], by_component, rng) for s in starts]
     embeddings = np.empty((n, embedder.output_dim), dtype=np.float32)
     means = np.empty((n, d), dtype=np.float32) if keep_means else None
 
@@ -253,8 +249,13 @@ def cached_bank(
             log.warning("ignoring unreadable bank cache %s (%s); rebuilding", path, err)
     t0 = time.perf_counter()
     bank = build_bank(
-        embedder, aux_images, aux_components, num_components, settings,
-        keep_means=keep_means, progress=progress,
+        embedder,
+        aux_images,
+        aux_components,
+        num_components,
+        settings,
+        keep_means=keep_means,
+        progress=progress,
     )
     log.info("built %d synthetic clients in %.1f s", len(bank), time.perf_counter() - t0)
     if path is not None:

@@ -90,8 +90,22 @@ def test_cli_help_documents_every_option(capsys):
     with pytest.raises(SystemExit):
         pretrain_vae.parse_args(["--help"])
     out = capsys.readouterr().out
-    for opt in ("--dataset", "--aux-size", "-K", "-J", "-L", "--svd-rank", "--rho", "--n-syn",
-                "--bank-size", "--steps", "--batch-size", "--seed", "--device", "--output"):
+    for opt in (
+        "--dataset",
+        "--aux-size",
+        "-K",
+        "-J",
+        "-L",
+        "--svd-rank",
+        "--rho",
+        "--n-syn",
+        "--bank-size",
+        "--steps",
+        "--batch-size",
+        "--seed",
+        "--device",
+        "--output",
+    ):
         assert opt in out
 
 

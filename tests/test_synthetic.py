@@ -19,7 +19,7 @@ def aux():
     rng = np.random.default_rng(0)
     comps = np.repeat(np.arange(4), 30)
     # Each component has its own brightness, so the mixture is visible in the data.
-    images = (rng.random((120, 1, 16, 16)) * 0.2 + comps[:, None, None, None] * 0.2)
+    images = rng.random((120, 1, 16, 16)) * 0.2 + comps[:, None, None, None] * 0.2
     return images.astype(np.float32), comps
 
 
@@ -84,8 +84,12 @@ def test_cache_reused_and_invalidated(aux, tmp_path, monkeypatch):
         dict(settings=s, images=images * 0.5),
     ):
         _, cached = cached_bank(
-            changed.get("embedder", emb), changed.get("images", images), comps, 4,
-            changed["settings"], cache_dir=tmp_path,
+            changed.get("embedder", emb),
+            changed.get("images", images),
+            comps,
+            4,
+            changed["settings"],
+            cache_dir=tmp_path,
         )
         assert not cached
     assert len(list(tmp_path.glob("bank-*.npz"))) == 4

@@ -1,0 +1,109 @@
+"""Ripple vs FedAvg on the same small federation: bytes and server cost per round.
+
+Runs both methods in-process (``ripple_flwr.inprocess.InProcessGrid`` with the
+real client handlers, no Ray), K=10 and the paper's CNN on mnist-5k, and
+prints ONE JSON line:
+
+- ``bytes_per_round_ratio_vs_fedavg``: (down + up) bytes per round, measured
+  from the ArrayRecords of the messages of both runs (must be 1.000);
+- ``embedding_bytes_per_client``: the one-shot summary each client sends once;
+- ``round_wall_ratio_vs_fedavg``: server-side cost per round (the strategy's
+  own work in configure_train + aggregate_train: sampling, mixing, reply
+  validation, aggregation), median over rounds, Ripple / FedAvg;
+- the raw numbers behind them (and the full round wall times, which include
+  the in-process client training).
+
+    python benchmarks/federation.py [--rounds 10] [--cache-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
+from ripple_flwr.server import run_server  # noqa: E402
+
+
+def run(method: str, rounds: int, cache_dir: str, out: Path) -> dict:
+    cfg = {
+        "method": method,
+        "num-partitions": 20,
+        "clients-per-round": 10,
+        "num-components": 10,
+        "model": "cnn",
+        "num-server-rounds": rounds,
+        "eval-every": rounds,
+        "pretrain-bank-size": 1000,
+        "pretrain-steps": 500,
+        "cache-dir": cache_dir,
+        "results-path": str(out / f"{method}.json"),
+    }
+    path = run_server(InProcessGrid(cfg), cfg)
+    return json.loads(path.read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--cache-dir", default="", help="default: $RIPPLE_CACHE_DIR or ~/.cache")
+    args = p.parse_args(argv)
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    import torch
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        ripple = run("ripple", args.rounds, args.cache_dir, Path(tmp))
+        fedavg = run("fedavg", args.rounds, args.cache_dir, Path(tmp))
+
+    def per_round(r: dict, key: str) -> list[float]:
+        return [float(x[key]) for x in r["rounds"]]
+
+    def traffic(r: dict) -> list[int]:
+        return [x["bytes_down"] + x["bytes_up"] for x in r["rounds"]]
+
+    # Round 1 includes one-off warm-up (first torch calls); leave it out of the medians.
+    srv_r = float(np.median(per_round(ripple, "server_seconds")[1:]))
+    srv_f = float(np.median(per_round(fedavg, "server_seconds")[1:]))
+    wall_r = float(np.median(per_round(ripple, "wall_seconds")[1:]))
+    wall_f = float(np.median(per_round(fedavg, "wall_seconds")[1:]))
+    bytes_r, bytes_f = float(np.mean(traffic(ripple))), float(np.mean(traffic(fedavg)))
+    print(
+        json.dumps(
+            {
+                "bytes_per_round_ratio_vs_fedavg": round(bytes_r / bytes_f, 3),
+                "embedding_bytes_per_client": ripple["embedding_bytes_per_client"],
+                "round_wall_ratio_vs_fedavg": round(srv_r / srv_f, 3),
+                "ripple_server_seconds_per_round": srv_r,
+                "fedavg_server_seconds_per_round": srv_f,
+                "ripple_round_wall_seconds": wall_r,
+                "fedavg_round_wall_seconds": wall_f,
+                "full_round_wall_ratio_vs_fedavg": round(wall_r / wall_f, 3),
+                "ripple_bytes_per_round": bytes_r,
+                "fedavg_bytes_per_round": bytes_f,
+                "model_bytes": ripple["model_bytes"],
+                "rounds": args.rounds,
+                "num_components": 10,
+                "clients_per_round": 10,
+                "model": "cnn",
+                "grid": "in-process (real client handlers, no Ray)",
+                "ripple_final_accuracy": ripple["final_accuracy"],
+                "fedavg_final_accuracy": fedavg["final_accuracy"],
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

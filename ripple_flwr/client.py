@@ -1,0 +1,248 @@
+"""ClientApp logic: the one-shot summary, local training and personalised evaluation.
+
+The plain functions (:func:`client_summary`, :func:`train_client`,
+:func:`evaluate_client`) know nothing of Flower; the ``handle_*`` functions
+adapt them to messages and are what ``client_app.py`` registers, and what
+the tests' in-process grid calls directly.
+
+Message contents (the wire protocol of the app):
+
+- ``query.embed``: in ``config`` a ConfigRecord with ``summary`` in
+  ``embedding | mean | none``; reply ``summary`` (ArrayRecord with ``phi``,
+  absent for ``none``) and ``info`` (ConfigRecord: partition-id,
+  num-partitions, num-examples).
+- ``train``: ``arrays`` (the model) and ``config`` (server-round, lr,
+  momentum, local-epochs, batch-size); reply ``arrays`` (the trained full
+  weights) and ``metrics`` (num-examples, train_loss).
+- ``evaluate``: ``arrays`` and ``config``; reply ``metrics`` (loss,
+  accuracy, num-examples, partition-id).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from ripple_flwr.config import RunSettings, settings_from_context
+from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
+from ripple_flwr.federation_cache import cached_federation
+from ripple_flwr.local import evaluate_model, train_local
+from ripple_flwr.models import build_model, get_state, set_state
+
+log = logging.getLogger("flwr.ripple")
+
+SUMMARY_KINDS = ("embedding", "mean", "none")
+_EMBEDDERS: dict[tuple, SpectralEmbedder] = {}
+_MODELS: dict[tuple, torch.nn.Module] = {}
+_THREADS_SET: list[int] = []
+
+
+# -- records <-> numpy ---------------------------------------------------------------------
+def state_to_record(state: dict[str, np.ndarray]) -> ArrayRecord:
+    """A model state (numpy, in ``state_dict`` order) as an ArrayRecord (0-d tensors stay 0-d)."""
+    return ArrayRecord({k: Array(np.array(v, order="C", copy=None)) for k, v in state.items()})
+
+
+def record_to_state(record: ArrayRecord) -> dict[str, np.ndarray]:
+    """The numpy arrays of an ArrayRecord, in its key order."""
+    return {k: v.numpy() for k, v in record.items()}
+
+
+# -- per-process resources -----------------------------------------------------------------
+def device() -> str:
+    """CUDA when available, else CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _limit_threads(settings: RunSettings) -> None:
+    """One torch thread per client process by default: many processes share two cores."""
+    if settings.client_threads and _THREADS_SET != [settings.client_threads]:
+        torch.set_num_threads(settings.client_threads)
+        _THREADS_SET[:] = [settings.client_threads]
+
+
+def embedder_for(settings: RunSettings, image_shape: tuple[int, int, int]) -> SpectralEmbedder:
+    """The process's embedder for these settings (scattering filters built once)."""
+    key = (image_shape, settings.J, settings.L, settings.svd_rank, settings.explained_variance)
+    if key not in _EMBEDDERS:
+        _EMBEDDERS.clear()
+        _EMBEDDERS[key] = SpectralEmbedder(
+            image_shape,
+            J=settings.J,
+            L=settings.L,
+            prototype=PrototypeSettings(settings.svd_rank, settings.explained_variance_or_none),
+            device="auto",
+        )
+    return _EMBEDDERS[key]
+
+
+def _model_for(settings: RunSettings, image_shape, num_classes: int) -> torch.nn.Module:
+    """A reusable model skeleton; its weights are always overwritten by the received ones."""
+    key = (settings.model, tuple(image_shape), num_classes)
+    if key not in _MODELS:
+        _MODELS.clear()
+        _MODELS[key] = build_model(settings.model, image_shape, num_classes)
+    return _MODELS[key]
+
+
+def check_partition(settings: RunSettings, node_config: dict[str, Any]) -> int:
+    """The node's partition id, checked against the run's federation."""
+    if "partition-id" not in node_config:
+        raise ValueError(
+            "node config lacks 'partition-id'; start the SuperNode with "
+            "--node-config 'partition-id=<i> num-partitions=<n>'"
+        )
+    pid = int(node_config["partition-id"])
+    n_node = int(node_config.get("num-partitions", settings.num_partitions))
+    if n_node != settings.num_partitions:
+        raise ValueError(
+            f"node has num-partitions={n_node} but the run has num-partitions="
+            f"{settings.num_partitions} (in simulation num-partitions must equal num-supernodes)"
+        )
+    if not 0 <= pid < settings.num_partitions:
+        raise ValueError(f"partition-id {pid} out of range [0, {settings.num_partitions})")
+    return pid
+
+
+# -- plain client functions ----------------------------------------------------------------
+def client_summary(settings: RunSettings, pid: int, kind: str) -> np.ndarray | None:
+    """What the client sends once: its WST embedding Phi, its mean image, or nothing."""
+    if kind not in SUMMARY_KINDS:
+        raise ValueError(f"unknown summary kind {kind!r}; choose {', '.join(SUMMARY_KINDS)}")
+    if kind == "none":
+        return None
+    fed = cached_federation(settings)
+    images = fed.client_images(pid)
+    if kind == "mean":
+        return images.reshape(len(images), -1).mean(axis=0).astype(np.float32)
+    return embedder_for(settings, fed.dataset.image_shape).embed(images).astype(np.float32)
+
+
+def train_client(
+    settings: RunSettings,
+    pid: int,
+    state: dict[str, np.ndarray],
+    *,
+    server_round: int,
+    lr: float,
+    momentum: float,
+    epochs: int,
+    batch_size: int,
+) -> tuple[dict[str, np.ndarray], dict[str, float | int]]:
+    """E epochs of SGD on the client's train split from ``state``; the new full state."""
+    _limit_threads(settings)
+    fed = cached_federation(settings)
+    x, y, _, _ = fed.client_data(pid)
+    model = _model_for(settings, fed.dataset.image_shape, fed.dataset.num_classes)
+    set_state(model, state)
+    seed = int(np.random.SeedSequence([settings.seed, server_round, pid]).generate_state(1)[0])
+    stats = train_local(
+        model,
+        x,
+        y,
+        epochs=epochs,
+        lr=lr,
+        momentum=momentum,
+        batch_size=batch_size,
+        device=device(),
+        seed=seed,
+    )
+    return get_state(model), {
+        "num-examples": int(stats["num_examples"]),
+        "train_loss": float(stats["train_loss"]),
+    }
+
+
+def evaluate_client(
+    settings: RunSettings, pid: int, state: dict[str, np.ndarray]
+) -> dict[str, float | int]:
+    """Loss and accuracy of ``state`` on the client's own test split."""
+    _limit_threads(settings)
+    fed = cached_federation(settings)
+    _, _, x, y = fed.client_data(pid)
+    model = _model_for(settings, fed.dataset.image_shape, fed.dataset.num_classes)
+    set_state(model, state)
+    stats = evaluate_model(model, x, y, device=device())
+    return {
+        "loss": float(stats["loss"]),
+        "accuracy": float(stats["accuracy"]),
+        "num-examples": int(stats["num_examples"]),
+    }
+
+
+# -- Flower handlers -----------------------------------------------------------------------
+def _settings_and_pid(context: Context) -> tuple[RunSettings, int]:
+    settings = settings_from_context(context.run_config)
+    return settings, check_partition(settings, dict(context.node_config))
+
+
+def handle_query(msg: Message, context: Context) -> Message:
+    """One-shot round: reply with the client's summary (computed locally) and its identity."""
+    settings, pid = _settings_and_pid(context)
+    config = msg.content.config_records.get("config", ConfigRecord())
+    kind = str(config.get("summary", settings.summary_kind))
+    t0 = time.perf_counter()
+    phi = client_summary(settings, pid, kind)
+    seconds = time.perf_counter() - t0
+    fed = cached_federation(settings)
+    content = RecordDict(
+        {
+            "info": ConfigRecord(
+                {
+                    "partition-id": pid,
+                    "num-partitions": settings.num_partitions,
+                    "num-examples": int(len(fed.train_indices[pid])),
+                    "summary": kind,
+                    "seconds": float(seconds),
+                }
+            )
+        }
+    )
+    if phi is not None:
+        content["summary"] = ArrayRecord({"phi": Array(phi)})
+    return Message(content, reply_to=msg)
+
+
+def handle_train(msg: Message, context: Context) -> Message:
+    """Train the received model locally; reply with the full trained weights."""
+    settings, pid = _settings_and_pid(context)
+    config = msg.content.config_records.get("config", ConfigRecord())
+    state = record_to_state(msg.content.array_records["arrays"])
+    new_state, metrics = train_client(
+        settings,
+        pid,
+        state,
+        server_round=int(config.get("server-round", 0)),
+        lr=float(config.get("lr", settings.lr)),
+        momentum=float(config.get("momentum", settings.momentum)),
+        epochs=int(config.get("local-epochs", settings.local_epochs)),
+        batch_size=int(config.get("batch-size", settings.batch_size)),
+    )
+    content = RecordDict({"arrays": state_to_record(new_state), "metrics": MetricRecord(metrics)})
+    return Message(content, reply_to=msg)
+
+
+def handle_evaluate(msg: Message, context: Context) -> Message:
+    """Evaluate the received model on the client's own test split."""
+    settings, pid = _settings_and_pid(context)
+    state = record_to_state(msg.content.array_records["arrays"])
+    metrics = evaluate_client(settings, pid, state)
+    metrics["partition-id"] = pid
+    return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+
+
+def dispatch(msg: Message, context: Context) -> Message:
+    """Route a message to its handler by type, as ``client_app.app`` does (for in-process use)."""
+    kind = msg.metadata.message_type
+    if kind == "query.embed":
+        return handle_query(msg, context)
+    if kind == "train":
+        return handle_train(msg, context)
+    if kind == "evaluate":
+        return handle_evaluate(msg, context)
+    raise ValueError(f"no handler for message type {kind!r}")

@@ -1,0 +1,313 @@
+"""Typed run settings read from Flower's run config, validated before any expensive work.
+
+Every knob of ``[tool.flwr.app.config]`` in pyproject.toml maps to one field
+of :class:`RunSettings` (dashes become underscores). The ServerApp and every
+ClientApp parse the same run config, so all nodes agree on the dataset, the
+partitioning and the seeds without exchanging data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("flwr.ripple")
+
+METHODS = ("ripple", "oracle", "fedavg", "local")
+SAMPLINGS = ("stratified", "uniform")
+ROUTERS = ("gmm-vae", "mean-unmixing")
+LABEL_KINDS = ("class", "domain")
+
+# Image shapes of the registry's datasets, to reject a too-large J before loading data.
+_KNOWN_SHAPES = {
+    "mnist-5k": (1, 28, 28),
+    "mnist": (1, 28, 28),
+    "fashion-mnist": (1, 28, 28),
+    "cifar10": (3, 32, 32),
+    "cifar100": (3, 32, 32),
+}
+
+
+class ConfigError(ValueError):
+    """A run config that cannot work; raised before any data is loaded or model trained."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """One Ripple run, as typed values (defaults: the paper's where they fit a CPU).
+
+    Parameters
+    ----------
+    method : ``ripple`` | ``oracle`` (w = pi*) | ``fedavg`` | ``local`` (each client alone).
+    sampling : ``stratified`` (Ripple-Strat) | ``uniform`` (Ripple-Unif).
+    router : ``gmm-vae`` (WST embedding) | ``mean-unmixing`` (client mean image).
+    num_partitions : training clients; must equal the number of SuperNodes.
+    num_components : K, the number of clusters (>= 2).
+    explained_variance : 0 means "use svd_rank".
+    checkpoint : GMM-VAE checkpoint path; empty = pre-train (cached) with the run's settings.
+    results_path : JSON results file; empty = ``outputs/ripple-<method>-<seed>-<time>.json``.
+    eval_every : evaluate personalised models every this many rounds (and after the last).
+    client_threads : torch threads per client process (0 = torch's default).
+    """
+
+    method: str = "ripple"
+    sampling: str = "stratified"
+    router: str = "gmm-vae"
+    dataset: str = "mnist-5k"
+    data_root: str = ""
+    label_kind: str = "class"
+    num_partitions: int = 20
+    partition_size: int = 200
+    alpha: float = 0.1
+    aux_size: int = 1000
+    data_seed: int = 0
+    test_fraction: float = 0.2
+    num_components: int = 10
+    J: int = 3
+    L: int = 8
+    svd_rank: int = 20
+    explained_variance: float = 0.0
+    model: str = "cnn"
+    num_server_rounds: int = 40
+    clients_per_round: int = 10
+    local_epochs: int = 1
+    lr: float = 0.01
+    momentum: float = 0.9
+    batch_size: int = 32
+    server_lr: float = 1.0
+    eval_every: int = 5
+    seed: int = 0
+    checkpoint: str = ""
+    pretrain_bank_size: int = 2000
+    pretrain_steps: int = 1500
+    pretrain_client_size: int = 0
+    results_path: str = ""
+    node_wait_timeout: float = 60.0
+    round_timeout: float = 600.0
+    client_threads: int = 1
+    cache_dir: str = ""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # -- parsing -----------------------------------------------------------------------
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, Any]) -> RunSettings:
+        """Parse Flower's run config (dashed keys, TOML scalars) into typed settings.
+
+        Unknown keys are refused (a typo would otherwise silently keep a default);
+        ints are accepted where floats are expected, never the reverse.
+        """
+        types = {f.name: f.type for f in fields(cls)}
+        values: dict[str, Any] = {}
+        unknown = []
+        for key, raw in run_config.items():
+            name = str(key).replace("-", "_")
+            if name not in types:
+                unknown.append(str(key))
+                continue
+            values[name] = _coerce(str(key), raw, types[name])
+        if unknown:
+            raise ConfigError(
+                f"unknown run-config key(s) {', '.join(sorted(unknown))}; known: "
+                + ", ".join(f.name.replace("_", "-") for f in fields(cls))
+            )
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Dashed keys, as in pyproject.toml: what the results file records."""
+        return {k.replace("_", "-"): v for k, v in asdict(self).items()}
+
+    # -- validation --------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the key and the allowed values."""
+        from ripple_flwr.data import available_datasets
+        from ripple_flwr.models import available_models
+
+        def choice(key: str, value: str, allowed) -> None:
+            if value not in allowed:
+                raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
+
+        choice("method", self.method, METHODS)
+        choice("sampling", self.sampling, SAMPLINGS)
+        choice("router", self.router, ROUTERS)
+        choice("label-kind", self.label_kind, LABEL_KINDS)
+        choice("dataset", self.dataset.strip().lower(), available_datasets())
+        choice("model", self.model, available_models())
+        if self.num_components < 2:
+            raise ConfigError(f"num-components (K) must be >= 2, got {self.num_components}")
+        for key, value, low in (
+            ("num-partitions", self.num_partitions, 1),
+            ("partition-size", self.partition_size, 2),
+            ("aux-size", self.aux_size, 1),
+            ("data-seed", self.data_seed, 0),
+            ("J", self.J, 1),
+            ("L", self.L, 1),
+            ("svd-rank", self.svd_rank, 0),
+            ("num-server-rounds", self.num_server_rounds, 1),
+            ("clients-per-round", self.clients_per_round, 1),
+            ("local-epochs", self.local_epochs, 1),
+            ("batch-size", self.batch_size, 1),
+            ("eval-every", self.eval_every, 1),
+            ("seed", self.seed, 0),
+            ("pretrain-bank-size", self.pretrain_bank_size, 1),
+            ("pretrain-steps", self.pretrain_steps, 1),
+            ("pretrain-client-size", self.pretrain_client_size, 0),
+            ("client-threads", self.client_threads, 0),
+        ):
+            if value < low:
+                raise ConfigError(f"{key} must be >= {low}, got {value}")
+        if self.pretrain_client_size == 1:
+            raise ConfigError("pretrain-client-size must be 0 (= partition-size) or >= 2")
+        if self.clients_per_round > self.num_partitions:
+            raise ConfigError(
+                f"clients-per-round={self.clients_per_round} exceeds num-partitions="
+                f"{self.num_partitions}"
+            )
+        if not self.alpha > 0:
+            raise ConfigError(f"alpha (Dirichlet concentration) must be > 0, got {self.alpha}")
+        if not 0.0 < self.test_fraction < 1.0:
+            raise ConfigError(f"test-fraction must be in (0, 1), got {self.test_fraction}")
+        if not 0.0 <= self.explained_variance <= 1.0:
+            raise ConfigError(
+                f"explained-variance must be in [0, 1] (0 = use svd-rank), got "
+                f"{self.explained_variance}"
+            )
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if not 0.0 <= self.momentum < 1.0:
+            raise ConfigError(f"momentum must be in [0, 1), got {self.momentum}")
+        if not self.server_lr > 0:
+            raise ConfigError(f"server-lr must be > 0, got {self.server_lr}")
+        for key, value in (
+            ("node-wait-timeout", self.node_wait_timeout),
+            ("round-timeout", self.round_timeout),
+        ):
+            if not value > 0:
+                raise ConfigError(f"{key} must be > 0 seconds, got {value}")
+        needed = self.aux_size + self.num_partitions * self.partition_size
+        shape = _KNOWN_SHAPES.get(self.base_dataset)
+        if self.base_dataset == "mnist-5k" and needed > 5000:
+            raise ConfigError(
+                f"mnist-5k has 5000 images: aux-size={self.aux_size} + num-partitions="
+                f"{self.num_partitions} x partition-size={self.partition_size} = {needed}"
+            )
+        if shape is not None:
+            self.check_image_shape(shape)
+
+    def check_image_shape(self, image_shape: tuple[int, ...]) -> None:
+        """Reject a scattering scale J too large for the images (kymatio needs 2**J < side)."""
+        from ripple_flwr.embedding import validate_scattering
+
+        try:
+            validate_scattering(tuple(int(s) for s in image_shape), self.J, self.L)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+
+    # -- derived -----------------------------------------------------------------------
+    @property
+    def base_dataset(self) -> str:
+        key = self.dataset.strip().lower()
+        return key[len("rotated-") :] if key.startswith("rotated-") else key
+
+    @property
+    def summary_kind(self) -> str:
+        """What a client sends in the one-shot round: ``embedding``, ``mean`` or ``none``."""
+        if self.method != "ripple":
+            return "none"
+        return "mean" if self.router == "mean-unmixing" else "embedding"
+
+    @property
+    def explained_variance_or_none(self) -> float | None:
+        return self.explained_variance if self.explained_variance > 0 else None
+
+    @property
+    def data_root_or_none(self) -> str | None:
+        return self.data_root or None
+
+    def federation_kwargs(self) -> dict[str, Any]:
+        """Arguments of :func:`ripple_flwr.data.build_federation` (besides the dataset)."""
+        return {
+            "num_partitions": self.num_partitions,
+            "partition_size": self.partition_size,
+            "alpha": float(self.alpha),
+            "aux_size": self.aux_size,
+            "num_components": self.num_components,
+            "label_kind": self.label_kind,
+            "test_fraction": float(self.test_fraction),
+            "seed": self.data_seed,
+        }
+
+    def pretrain_settings(self):
+        """The :class:`~ripple_flwr.pretrain.PretrainSettings` the run pre-trains with."""
+        from ripple_flwr.pretrain import PretrainSettings, TrainSettings
+        from ripple_flwr.synthetic import BankSettings
+
+        client_size = self.pretrain_client_size or self.partition_size
+        return PretrainSettings(
+            dataset=self.dataset,
+            data_root=self.data_root_or_none,
+            label_kind=self.label_kind,
+            aux_size=self.aux_size,
+            data_seed=self.data_seed,
+            num_components=self.num_components,
+            J=self.J,
+            L=self.L,
+            svd_rank=self.svd_rank,
+            explained_variance=self.explained_variance_or_none,
+            bank=BankSettings(num_clients=self.pretrain_bank_size, client_size=client_size),
+            heldout_clients=max(50, min(1000, self.pretrain_bank_size // 10)),
+            train=TrainSettings(
+                steps=self.pretrain_steps,
+                eval_every=max(1, min(500, self.pretrain_steps // 5)),
+            ),
+            seed=self.seed,
+            real_clients=20,
+            real_client_size=client_size,
+            cache_dir=str(self.cache_root() / "banks"),
+        )
+
+    def cache_root(self) -> Path:
+        """``cache-dir``, else ``$RIPPLE_CACHE_DIR``, else ``~/.cache/ripple-flwr``."""
+        if self.cache_dir:
+            return Path(self.cache_dir).expanduser()
+        return Path(os.environ.get("RIPPLE_CACHE_DIR", Path.home() / ".cache" / "ripple-flwr"))
+
+    def key(self) -> str:
+        """A short hash of all settings (in-process cache key)."""
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _coerce(key: str, raw: Any, annotation: Any) -> Any:
+    typ = {"str": str, "int": int, "float": float, "bool": bool}.get(
+        annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    )
+    if typ is None:  # pragma: no cover - all fields are scalars
+        return raw
+    if typ is float and isinstance(raw, int | float) and not isinstance(raw, bool):
+        return float(raw)
+    if typ is int and isinstance(raw, float) and raw.is_integer():
+        return int(raw)
+    if typ is not bool and isinstance(raw, bool) or not isinstance(raw, typ):
+        raise ConfigError(f"{key} must be {typ.__name__}, got {raw!r} ({type(raw).__name__})")
+    return raw
+
+
+def settings_from_context(run_config: Mapping[str, Any]) -> RunSettings:
+    """Parse a run config once per process (the same config gives the same object)."""
+    key = json.dumps(dict(run_config), sort_keys=True, default=str)
+    cached = _PARSED.get(key)
+    if cached is None:
+        cached = RunSettings.from_run_config(run_config)
+        _PARSED.clear()
+        _PARSED[key] = cached
+    return cached
+
+
+_PARSED: dict[str, RunSettings] = {}

@@ -1,0 +1,183 @@
+"""ServerApp logic: settings, router checkpoint (loaded or pre-trained, cached), run, results.
+
+``server_app.py`` only calls :func:`run_server`; everything here is plain
+Python over a Flower ``Grid``, so the tests drive it with an in-process grid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.serverapp import Grid
+
+from ripple_flwr.client import state_to_record
+from ripple_flwr.config import ConfigError, RunSettings
+from ripple_flwr.embedding import embedding_dim
+from ripple_flwr.federation_cache import cached_federation
+from ripple_flwr.models import build_model, get_state
+from ripple_flwr.pretrain import Checkpoint, checkpoint_settings, load_checkpoint, pretrain
+from ripple_flwr.results import default_results_path, tail_mean, write_results
+from ripple_flwr.strategies import FedAvgBaseline, LocalOnly, RippleStrategy
+
+log = logging.getLogger("flwr.ripple")
+
+
+def checkpoint_cache_path(settings: RunSettings) -> Path:
+    """Where the run's pre-trained checkpoint is cached: a hash of the pretrain settings."""
+    ps = asdict(settings.pretrain_settings())
+    for volatile in ("cache_dir", "device"):
+        ps.pop(volatile, None)
+    key = hashlib.sha256(json.dumps(ps, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    return settings.cache_root() / "checkpoints" / f"gmm-vae-{key}.pt"
+
+
+def resolve_checkpoint(
+    settings: RunSettings, image_shape: tuple[int, int, int]
+) -> tuple[Checkpoint, dict[str, Any]]:
+    """Load ``checkpoint`` (checked against the run), or pre-train one and cache it."""
+    ps = settings.pretrain_settings()
+    expected = checkpoint_settings(
+        ps, image_shape, embedding_dim(image_shape, settings.J, settings.L)
+    )
+    if settings.checkpoint:
+        path = Path(settings.checkpoint).expanduser()
+        try:
+            ckpt = load_checkpoint(path, expected)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+        return ckpt, {"checkpoint": str(path), "source": "config"}
+    path = checkpoint_cache_path(settings)
+    if path.is_file():
+        try:
+            ckpt = load_checkpoint(path, expected)
+            log.info("GMM-VAE checkpoint from cache %s", path)
+            return ckpt, {"checkpoint": str(path), "source": "cache"}
+        except ValueError as err:
+            log.warning("cached checkpoint %s unusable (%s); pre-training again", path, err)
+    log.info(
+        "pre-training the GMM-VAE (%d synthetic clients, %d steps); cached at %s",
+        ps.bank.num_clients,
+        ps.train.steps,
+        path,
+    )
+    ckpt, report = pretrain(ps, path, progress=False)
+    path.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
+    summary = {k: v for k, v in report.items() if k.startswith("routing_l1") or "seconds" in k}
+    return ckpt, {"checkpoint": str(path), "source": "pretrained", "report": summary}
+
+
+def initial_state(settings: RunSettings, image_shape, num_classes: int) -> dict[str, np.ndarray]:
+    """One seeded build: every cluster (and client) model starts from it."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(settings.seed)
+        model = build_model(settings.model, image_shape, num_classes)
+    return get_state(model)
+
+
+def build_strategy(settings: RunSettings, state, federation, router=None):
+    """The strategy of ``settings.method`` (router only for ``ripple``)."""
+    if settings.method == "ripple":
+        return RippleStrategy(settings, state, router=router, truth=federation.mixtures)
+    if settings.method == "oracle":
+        return RippleStrategy(
+            settings, state, weights=federation.mixtures, truth=federation.mixtures
+        )
+    if settings.method == "fedavg":
+        return FedAvgBaseline(settings, state)
+    if settings.method == "local":
+        return LocalOnly(settings, state)
+    raise ConfigError(f"unknown method {settings.method!r}")  # pragma: no cover
+
+
+def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
+    """The whole ServerApp: validate, route, federate, evaluate, write results."""
+    t_start = time.perf_counter()
+    settings = RunSettings.from_run_config(run_config)
+    log.info("Ripple run: %s", json.dumps(settings.to_dict()))
+    results_path = Path(
+        settings.results_path or default_results_path(settings.method, settings.seed)
+    )
+    results_path = results_path.expanduser().resolve()
+
+    t0 = time.perf_counter()
+    federation = cached_federation(settings)
+    dataset = federation.dataset
+    settings.check_image_shape(dataset.image_shape)
+    data_seconds = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    router, checkpoint_info = None, None
+    if settings.method == "ripple":
+        ckpt, checkpoint_info = resolve_checkpoint(settings, dataset.image_shape)
+        router = ckpt.router(settings.router)
+    pretrain_seconds = time.perf_counter() - t0
+
+    state = initial_state(settings, dataset.image_shape, dataset.num_classes)
+    strategy = build_strategy(settings, state, federation, router)
+    result = strategy.start(
+        grid,
+        state_to_record(state),
+        num_rounds=settings.num_server_rounds,
+        timeout=settings.round_timeout,
+    )
+    del result
+
+    record = strategy.run_record()
+    clients = strategy.clients
+    model_bytes = int(sum(v.nbytes for v in state.values()))
+    accuracy = [e["accuracy"]["weighted_mean"] for e in record["evaluations"]]
+    results = {
+        "settings": settings.to_dict(),
+        "federation": {
+            "dataset": dataset.name,
+            "image_shape": list(dataset.image_shape),
+            "num_classes": dataset.num_classes,
+            "true_mixtures": federation.mixtures,
+        },
+        "checkpoint": checkpoint_info,
+        "model_bytes": model_bytes,
+        "embedding_bytes_per_client": (
+            int(np.mean(clients.bytes_up)) if clients and clients.bytes_up else 0
+        ),
+        "final_accuracy": tail_mean(accuracy, 3),
+        "accuracy_per_round": {
+            str(e["round"]): {
+                "weighted_mean": e["accuracy"]["weighted_mean"],
+                "mean": e["accuracy"]["mean"],
+                "std": e["accuracy"]["std"],
+            }
+            for e in record["evaluations"]
+        },
+        "train_loss_per_round": {str(r["round"]): r["train_loss"] for r in record["rounds"]},
+        "bytes_per_round": {
+            str(r["round"]): {"down": r["bytes_down"], "up": r["bytes_up"]}
+            for r in record["rounds"]
+        },
+        **record,
+    }
+    timings = record["timings"]
+    results["timings"] = {
+        "data": data_seconds,
+        "pretrain_or_load": pretrain_seconds,
+        "query": timings["query"],
+        "rounds": timings["rounds"],
+        "evaluation": timings["evaluation"],
+        "total": time.perf_counter() - t_start,
+    }
+    path = write_results(results_path, results)
+    log.info(
+        "Ripple run finished: final personalised accuracy %.4f (mean of last 3 evaluations); "
+        "results written to %s (plot %s)",
+        results["final_accuracy"],
+        path,
+        path.with_suffix(".png"),
+    )
+    return path

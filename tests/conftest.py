@@ -1,0 +1,236 @@
+"""Shared fixtures: an in-process fake Grid that calls the ClientApp directly, tiny configs,
+and a tiny GMM-VAE checkpoint pre-trained once per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flwr.supercore.task_identity import TaskIdentity
+
+from ripple_flwr.inprocess import InProcessGrid
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def tiny_run_config(cache_dir: str | Path, **over: Any) -> dict[str, Any]:
+    """A run config small enough for unit tests (6 clients of 60 images, K=4)."""
+    cfg = {
+        "method": "oracle",
+        "sampling": "stratified",
+        "router": "gmm-vae",
+        "dataset": "mnist-5k",
+        "num-partitions": 6,
+        "partition-size": 60,
+        "alpha": 0.1,
+        "aux-size": 300,
+        "num-components": 4,
+        "model": "cnn",
+        "num-server-rounds": 2,
+        "clients-per-round": 3,
+        "eval-every": 1,
+        "batch-size": 16,
+        "pretrain-bank-size": 300,
+        "pretrain-steps": 100,
+        "pretrain-client-size": 40,
+        "node-wait-timeout": 2.0,
+        "round-timeout": 30.0,
+        "client-threads": 1,
+        "cache-dir": str(cache_dir),
+    }
+    cfg.update(over)
+    return cfg
+
+
+class FakeGrid(InProcessGrid):
+    """The in-process grid, delivering to this project's ClientApp by default."""
+
+    def __init__(self, run_config, num_nodes=None, *, app=None, **kwargs) -> None:
+        if app is None:
+            from client_app import app as client_app
+
+            app = client_app
+        super().__init__(run_config, num_nodes, app=app, **kwargs)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _server_identity():
+    """Messages need a run/node/task identity, which Flower's runtime would set."""
+    TaskIdentity.run_id = 1
+    TaskIdentity.node_id = 0
+    TaskIdentity.task_id = 1
+    yield
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """One cache folder per session: federations are built once and reused."""
+    return tmp_path_factory.mktemp("ripple-cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    """A tiny GMM-VAE (K=4, aux 300) matching :func:`tiny_run_config`'s embedding settings."""
+    from ripple_flwr.pretrain import PretrainSettings, TrainSettings, pretrain
+    from ripple_flwr.synthetic import BankSettings
+
+    tmp = tmp_path_factory.mktemp("tiny-vae")
+    settings = PretrainSettings(
+        dataset="mnist-5k",
+        aux_size=300,
+        num_components=4,
+        bank=BankSettings(num_clients=600, client_size=40),
+        heldout_clients=100,
+        train=TrainSettings(steps=300, eval_every=100, patience=10),
+        vae_hidden=(128, 64),
+        latent_dim=8,
+        real_clients=10,
+        real_client_size=40,
+        cache_dir=str(tmp / "cache"),
+        device="cpu",
+    )
+    path = tmp / "tiny-vae.pt"
+    pretrain(settings, path, progress=False)
+    return path
+
+
+# -- real Flower processes (flwr run / loopback deployment tests) --------------------------------
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def flower_env(home: Path, ray_tmp: Path | None = None, **extra: str) -> dict[str, str]:
+    """Environment for a Flower process: offline, quiet, its state under ``home``.
+
+    Ray's socket paths must stay under 107 bytes, so its temp folder is a short
+    one (see the ``ray_tmp`` fixture), not inside pytest's long tmp paths.
+    """
+    env = dict(os.environ)
+    home.mkdir(parents=True, exist_ok=True)
+    env.update(
+        {
+            "FLWR_HOME": str(home),
+            "RAY_TMPDIR": str(ray_tmp or home),
+            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+            "FLWR_TELEMETRY_ENABLED": "0",
+            "FLWR_DISABLE_UPDATE_CHECK": "1",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "OMP_WAIT_POLICY": "PASSIVE",
+            **extra,
+        }
+    )
+    return env
+
+
+@pytest.fixture
+def ray_tmp():
+    """A short temp folder for Ray (AF_UNIX paths), removed afterwards."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="rf-ray-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def write_cli_config(home: Path, name: str, port: int) -> None:
+    """The CLI's $FLWR_HOME/config.toml with one SuperLink connection ``name``."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "{name}"\n\n[superlink.{name}]\n'
+        f'address = "127.0.0.1:{port}"\ninsecure = true\n'
+    )
+
+
+class Processes:
+    """Starts Flower processes in their own sessions and always stops exactly those."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: list[tuple[str, Any]] = []
+
+    def start(self, name: str, cmd: list[str], env: dict[str, str]):
+        import subprocess
+
+        log = open(self.log_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.procs.append((name, proc, log))
+        return proc
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {name} ---\n" + (self.log_dir / f"{name}.log").read_text(errors="replace")[-3000:]
+            for name, *_ in self.procs
+        )
+
+    def stop(self) -> None:
+        import signal
+        import time as _time
+
+        for _, proc, _ in reversed(self.procs):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)  # the session this test started
+                except ProcessLookupError:
+                    pass
+        deadline = _time.monotonic() + 15
+        for _, proc, log in self.procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - _time.monotonic()))
+            except Exception:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(timeout=5)
+            log.close()
+
+
+def wait_for_port(port: int, timeout: float, procs: Processes | None = None) -> None:
+    import socket
+    import time as _time
+
+    deadline = _time.monotonic() + timeout
+    while _time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        _time.sleep(0.3)
+    raise TimeoutError(
+        f"nothing listens on 127.0.0.1:{port} after {timeout} s\n" + (procs.logs() if procs else "")
+    )
+
+
+def run_flwr(args: list[str], env: dict[str, str], timeout: float):
+    """Run the ``flwr`` CLI in the project root; return the completed process."""
+    import subprocess
+
+    return subprocess.run(
+        ["flwr", *args],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def run_status(output: str, env: dict[str, str], federation: str) -> str:
+    """The status of the run ``flwr run`` started (it exits 0 even when the run failed)."""
+    import json
+    import re
+
+    match = re.search(r"Successfully started run (\d+)", output)
+    assert match, f"flwr run did not start a run:\n{output[-3000:]}"
+    ls = run_flwr(["ls", federation, "--run-id", match.group(1), "--format", "json"], env, 60)
+    data = json.loads(ls.stdout)
+    runs = data.get("runs", data if isinstance(data, list) else [])
+    return str(runs[0].get("status", "")) if runs else f"unknown: {ls.stdout[-500:]}"

@@ -1,0 +1,128 @@
+"""ClientApp handlers called directly (no Flower runtime), and the on-disk federation cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import tiny_run_config
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+
+from ripple_flwr import federation_cache
+from ripple_flwr.client import (
+    check_partition,
+    handle_evaluate,
+    handle_query,
+    handle_train,
+    record_to_state,
+    state_to_record,
+)
+from ripple_flwr.config import RunSettings
+from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
+from ripple_flwr.models import build_model, get_state
+
+
+def _context(cfg, pid=1, n=None):
+    n = cfg["num-partitions"] if n is None else n
+    return Context(
+        run_id=1,
+        node_id=7,
+        node_config={"partition-id": pid, "num-partitions": n},
+        state=RecordDict(),
+        run_config=cfg,
+    )
+
+
+def _msg(content, kind):
+    return Message(RecordDict(content), dst_node_id=7, message_type=kind)
+
+
+def test_query_sends_the_wst_embedding_once(cache_dir):
+    cfg = tiny_run_config(cache_dir, method="ripple")
+    reply = handle_query(
+        _msg({"config": ConfigRecord({"summary": "embedding"})}, "query.embed"), _context(cfg)
+    )
+    phi = reply.content.array_records["summary"]["phi"].numpy()
+    info = reply.content.config_records["info"]
+    assert info["partition-id"] == 1 and info["num-partitions"] == 6
+    fed = federation_cache.cached_federation(RunSettings.from_run_config(cfg))
+    expected = SpectralEmbedder((1, 28, 28), J=3, L=8, prototype=PrototypeSettings(20)).embed(
+        fed.client_images(1)
+    )
+    np.testing.assert_allclose(phi, expected, rtol=1e-5, atol=1e-6)
+    assert phi.dtype == np.float32 and phi.shape == (1953,)
+
+
+def test_query_mean_and_none(cache_dir):
+    cfg = tiny_run_config(cache_dir, method="ripple", router="mean-unmixing")
+    reply = handle_query(
+        _msg({"config": ConfigRecord({"summary": "mean"})}, "query.embed"), _context(cfg, pid=2)
+    )
+    mean = reply.content.array_records["summary"]["phi"].numpy()
+    fed = federation_cache.cached_federation(RunSettings.from_run_config(cfg))
+    np.testing.assert_allclose(mean, fed.client_images(2).reshape(60, -1).mean(0), rtol=1e-6)
+    reply = handle_query(
+        _msg({"config": ConfigRecord({"summary": "none"})}, "query.embed"), _context(cfg)
+    )
+    assert "summary" not in reply.content.array_records
+
+
+def test_partition_checks():
+    s = RunSettings(num_partitions=6, clients_per_round=3)
+    assert check_partition(s, {"partition-id": 5, "num-partitions": 6}) == 5
+    with pytest.raises(ValueError, match="lacks 'partition-id'"):
+        check_partition(s, {})
+    with pytest.raises(ValueError, match="must equal num-supernodes"):
+        check_partition(s, {"partition-id": 0, "num-partitions": 2})
+    with pytest.raises(ValueError, match="out of range"):
+        check_partition(s, {"partition-id": 6, "num-partitions": 6})
+
+
+def test_train_and_evaluate_handlers(cache_dir):
+    cfg = tiny_run_config(cache_dir)
+    state = get_state(build_model("cnn", (1, 28, 28), 10))
+    config = ConfigRecord(
+        {"server-round": 1, "lr": 0.05, "momentum": 0.9, "local-epochs": 2, "batch-size": 16}
+    )
+    content = {"arrays": state_to_record(state), "config": config}
+    reply = handle_train(_msg(content, "train"), _context(cfg, pid=0))
+    new = record_to_state(reply.content.array_records["arrays"])
+    metrics = reply.content.metric_records["metrics"]
+    assert list(new) == list(state)
+    assert any(not np.array_equal(new[k], state[k]) for k in state)
+    assert metrics["num-examples"] == 48 and np.isfinite(metrics["train_loss"])
+    # Same round, same client, same model: the same result (seeded shuffles and dropout).
+    again = handle_train(_msg(content, "train"), _context(cfg, pid=0))
+    np.testing.assert_array_equal(
+        record_to_state(again.content.array_records["arrays"])["classifier.2.bias"],
+        new["classifier.2.bias"],
+    )
+    reply = handle_evaluate(
+        _msg({"arrays": state_to_record(new), "config": ConfigRecord()}, "evaluate"),
+        _context(cfg, pid=0),
+    )
+    m = reply.content.metric_records["metrics"]
+    assert m["num-examples"] == 12 and 0 <= m["accuracy"] <= 1 and m["partition-id"] == 0
+
+
+def test_federation_cache_on_disk(tmp_path):
+    cfg = tiny_run_config(tmp_path)
+    settings = RunSettings.from_run_config(cfg)
+    federation_cache._FEDERATIONS.clear()  # built in another cache folder earlier
+    built = federation_cache.cached_federation(settings)
+    files = list((tmp_path / "federations").glob("federation-*.npz"))
+    assert len(files) == 1
+    federation_cache._FEDERATIONS.clear()  # a fresh process (as in deployment)
+    loaded = federation_cache.cached_federation(settings)
+    assert loaded is not built
+    for a, b in zip(
+        built.train_indices + built.test_indices,
+        loaded.train_indices + loaded.test_indices,
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(built.mixtures, loaded.mixtures)
+    # A corrupt cache file is rebuilt, not trusted.
+    files[0].write_bytes(b"not an npz")
+    federation_cache._FEDERATIONS.clear()
+    rebuilt = federation_cache.cached_federation(settings)
+    np.testing.assert_array_equal(rebuilt.aux_indices, built.aux_indices)

@@ -1,0 +1,75 @@
+"""Run-config parsing and validation: clear errors before any expensive work."""
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from ripple_flwr.config import ConfigError, RunSettings, settings_from_context
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_pyproject_defaults_match_dataclass():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    settings = RunSettings.from_run_config(config)
+    assert settings == RunSettings()
+    assert set(settings.to_dict()) == set(config)  # every field is a documented knob
+
+
+def test_parse_types_and_derived_values():
+    s = RunSettings.from_run_config(
+        {"num-partitions": 12, "alpha": 1, "explained-variance": 0.95, "router": "mean-unmixing"}
+    )
+    assert s.num_partitions == 12 and isinstance(s.alpha, float)
+    assert s.explained_variance_or_none == 0.95
+    assert s.summary_kind == "mean"
+    assert RunSettings(method="oracle").summary_kind == "none"
+    assert RunSettings().summary_kind == "embedding"
+    ps = s.pretrain_settings()
+    assert ps.explained_variance == 0.95 and ps.bank.client_size == s.partition_size
+    assert settings_from_context({"seed": 3}) is settings_from_context({"seed": 3})
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"dataset": "imagenet"}, "dataset='imagenet' is not one of"),
+        ({"method": "fedprox"}, "method='fedprox' is not one of"),
+        ({"sampling": "random"}, "sampling"),
+        ({"router": "knn"}, "router"),
+        ({"model": "vgg"}, "model"),
+        ({"num-components": 1}, r"num-components \(K\) must be >= 2"),
+        ({"alpha": 0.0}, "alpha"),
+        ({"test-fraction": 1.0}, "test-fraction"),
+        ({"explained-variance": 1.5}, "explained-variance"),
+        ({"momentum": 1.0}, "momentum"),
+        ({"clients-per-round": 30}, "exceeds num-partitions"),
+        ({"J": 5}, "J=5 is too large for 28x28"),
+        ({"num-partitions": 25}, "mnist-5k has 5000 images"),
+        ({"round-timeout": 0.0}, "round-timeout"),
+        ({"num-server-rounds": 0}, "num-server-rounds"),
+        ({"lr": "0.1"}, "lr must be float"),
+        ({"seed": 1.5}, "seed must be int"),
+        ({"num-partitions": True}, "num-partitions must be int"),
+        ({"num-partition": 10}, "unknown run-config key"),
+    ],
+)
+def test_invalid_config_is_refused(override, message):
+    with pytest.raises(ConfigError, match=message):
+        RunSettings.from_run_config(override)
+
+
+def test_checkpoint_settings_mismatch_is_a_config_error(tiny_checkpoint, tmp_path):
+    from ripple_flwr.server import resolve_checkpoint
+
+    # The tiny checkpoint has K=4; a run with K=5 must be refused before any round.
+    settings = RunSettings(
+        num_components=5, checkpoint=str(tiny_checkpoint), aux_size=300, cache_dir=str(tmp_path)
+    )
+    with pytest.raises(ConfigError, match="num_components: checkpoint has 4, run has 5"):
+        resolve_checkpoint(settings, (1, 28, 28))
+    with pytest.raises(ConfigError, match="J: checkpoint has 3, run has 2"):
+        resolve_checkpoint(
+            RunSettings(num_components=4, J=2, checkpoint=str(tiny_checkpoint)), (1, 28, 28)
+        )

@@ -1,0 +1,81 @@
+"""Results: byte accounting, routing metrics, and the results file a run writes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import FakeGrid, tiny_run_config
+from flwr.app import Array, ArrayRecord
+
+from ripple_flwr.results import (
+    arrayrecord_nbytes,
+    client_stats,
+    routing_metrics,
+    tail_mean,
+    write_results,
+)
+from ripple_flwr.server import run_server
+
+
+def test_byte_accounting_counts_array_payloads():
+    rec = ArrayRecord(
+        {"a": Array(np.zeros((3, 4), np.float32)), "b": Array(np.array(7, dtype=np.int64))}
+    )
+    assert arrayrecord_nbytes(rec) == 3 * 4 * 4 + 8
+
+
+def test_routing_metrics_and_client_stats():
+    truth = np.array([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0], [0.5, 0.5, 0]])
+    w = np.array([[0, 1.0, 0], [1.0, 0, 0], [0, 0, 1.0], [0.5, 0.5, 0]])
+    m = routing_metrics(w, truth)
+    assert m["l1"] == pytest.approx((2 + 2 + 0 + 0) / 4)
+    assert m["ari"] == pytest.approx(1.0) and m["ari_clients"] == 3  # label permutation
+    assert routing_metrics(w[3:], truth[3:])["ari"] is None  # no hard client
+    s = client_stats([1.0, 0.0], [3, 1])
+    assert s["weighted_mean"] == 0.75 and s["mean"] == 0.5 and s["std"] == 0.5
+    assert tail_mean([0.1, 0.5, 0.6, 0.7]) == pytest.approx(0.6)
+
+
+def test_write_results_is_strict_json_with_a_plot(tmp_path):
+    path = write_results(
+        tmp_path / "r.json",
+        {
+            "settings": {"method": "ripple"},
+            "evaluations": [{"round": 1, "accuracy": {"weighted_mean": 0.5, "std": 0.1}}],
+            "x": np.float32(np.nan),
+            "w": np.eye(2),
+        },
+    )
+    data = json.loads(path.read_text())  # NaN written as null, arrays as lists
+    assert data["x"] is None and data["w"] == [[1.0, 0.0], [0.0, 1.0]]
+    assert path.with_suffix(".png").stat().st_size > 1000
+
+
+def test_results_file_of_a_ripple_run(tiny_checkpoint, cache_dir, tmp_path):
+    cfg = tiny_run_config(
+        cache_dir,
+        method="ripple",
+        checkpoint=str(tiny_checkpoint),
+        **{"num-server-rounds": 3, "eval-every": 2, "results-path": str(tmp_path / "run.json")},
+    )
+    path = run_server(FakeGrid(cfg), cfg)
+    r = json.loads(path.read_text())
+    assert r["settings"]["method"] == "ripple" and r["settings"]["num-partitions"] == 6
+    assert sorted(r["accuracy_per_round"]) == ["2", "3"]  # every eval-every rounds and the last
+    for acc in r["accuracy_per_round"].values():
+        assert 0 <= acc["weighted_mean"] <= 1 and acc["std"] >= 0
+    assert sorted(r["train_loss_per_round"]) == ["1", "2", "3"]
+    model_bytes = r["model_bytes"]
+    assert all(b["down"] == b["up"] == 3 * model_bytes for b in r["bytes_per_round"].values())
+    assert r["embedding_bytes_per_client"] == 1953 * 4
+    routing = r["routing"]
+    truth = np.array(r["federation"]["true_mixtures"])
+    w = np.array(routing["weights"])
+    assert w.shape == truth.shape == (6, 4)
+    assert routing["l1"] == pytest.approx(np.abs(w - truth).sum(1).mean())
+    assert set(r["timings"]) >= {"pretrain_or_load", "query", "rounds", "evaluation", "total"}
+    assert r["checkpoint"]["source"] == "config"
+    assert np.isfinite(r["final_accuracy"])
+    assert path.with_suffix(".png").is_file()
