@@ -69,7 +69,7 @@ class Scattering2D(torch.nn.Module):
 
     @property
     def num_maps(self) -> int:
-        J = self.J
+        J, L = self.J, self.L
         return 1 + J * L + L * L * J * (J - 1) // 2
 
     def _phi(self, res: int) -> torch.Tensor:
