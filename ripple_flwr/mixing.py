@@ -98,20 +98,20 @@ def _effective_weights(w: np.ndarray, threshold: float) -> np.ndarray:
     return eff / sums
 
 
-def mix_models(
+def mix_stacked(
     weights: np.ndarray,
     stacked: Mapping[str, np.ndarray],
     threshold: float = 1e-4,
-) -> list[dict[str, np.ndarray]]:
-    """Personalised models ``theta_b = sum_c w_bc theta_c`` for every row b of ``weights``.
+) -> dict[str, np.ndarray]:
+    """Personalised models ``theta_b = sum_c w_bc theta_c``, stacked: each tensor is (B, ...).
 
     ``weights`` is (B, K), rows in the simplex. Components with
     ``w_bc < threshold`` are skipped: set to zero, and the row's remaining
     weights renormalised to sum to 1, so the result stays a convex combination
     (no shrinkage towards zero) and a client with one dominant cluster gets
     that cluster exactly. Integer tensors are copied from ``argmax_c w_bc``
-    (ties: lowest index). Each output tensor keeps its input dtype; the B
-    models are returned in row order, keys in ``stacked`` order.
+    (ties: lowest index). Each output tensor keeps its input dtype. One
+    matrix product per tensor for all B clients.
     """
     k = _num_clusters(stacked)
     w = _check_weights(weights, k, simplex=True)
@@ -128,6 +128,17 @@ def mix_models(
             mixed[key] = flat.reshape((b, *t.shape[1:]))
         else:
             mixed[key] = t[top]  # fancy indexing copies
+    return mixed
+
+
+def mix_models(
+    weights: np.ndarray,
+    stacked: Mapping[str, np.ndarray],
+    threshold: float = 1e-4,
+) -> list[dict[str, np.ndarray]]:
+    """:func:`mix_stacked`, split into one state dict per row of ``weights`` (views, no copy)."""
+    mixed = mix_stacked(weights, stacked, threshold)
+    b = len(np.atleast_2d(weights))
     # arr[i, ...] keeps 0-d tensors as arrays (arr[i] would give numpy scalars).
     return [{key: arr[i, ...] for key, arr in mixed.items()} for i in range(b)]
 
@@ -183,11 +194,34 @@ def weighted_cluster_update(
     w = _check_weights(weights, k, simplex=False)
     if w.shape[0] != len(deltas):
         raise ValueError(f"{len(deltas)} deltas but {w.shape[0]} weight rows")
+    _check_deltas(stacked, deltas)
+    delta_stack = {
+        key: np.stack([np.asarray(d[key], dtype=np.asarray(t).dtype) for d in deltas])
+        for key, t in stacked.items()
+        if _is_float(np.asarray(t)) and deltas
+    }
+    return apply_stacked_deltas(stacked, delta_stack, w, server_lr, eps)
+
+
+def apply_stacked_deltas(
+    stacked: Mapping[str, np.ndarray],
+    delta_stack: Mapping[str, np.ndarray],
+    weights: np.ndarray,
+    server_lr: float = 1.0,
+    eps: float = 1e-8,
+) -> dict[str, np.ndarray]:
+    """Eq. 9 on deltas already stacked per tensor, ``(S, ...)``, and already validated.
+
+    The fast path of :func:`weighted_cluster_update` for a server that has
+    checked every reply: no per-client copies. Tensors missing from
+    ``delta_stack`` (integer ones) are copied unchanged.
+    """
+    k = _num_clusters(stacked)
+    w = _check_weights(weights, k, simplex=False)
     if not np.isfinite(server_lr):
         raise ValueError(f"server_lr must be finite, got {server_lr}")
     if not (eps >= 0.0 and np.isfinite(eps)):
         raise ValueError(f"eps must be finite and non-negative, got {eps}")
-    _check_deltas(stacked, deltas)
     mass = w.sum(axis=0)
     denom = mass + eps
     # Zero mass with eps=0 would be 0/0; the numerator is exactly 0 there anyway.
@@ -197,11 +231,13 @@ def weighted_cluster_update(
     updated: dict[str, np.ndarray] = {}
     for key, value in stacked.items():
         t = np.asarray(value)
-        if not _is_float(t) or not deltas:
+        d = delta_stack.get(key)
+        if d is None or len(d) == 0:
             updated[key] = t.copy()
             continue
-        d = np.stack([np.asarray(delta[key], dtype=t.dtype).reshape(-1) for delta in deltas])
-        step = coef.astype(t.dtype, copy=False) @ d
+        if d.shape != (len(w), *t.shape[1:]):
+            raise ValueError(f"deltas of {key!r} have shape {d.shape}, expected ({len(w)}, ...)")
+        step = coef.astype(t.dtype, copy=False) @ d.reshape(len(w), -1)
         updated[key] = t + step.reshape(t.shape)
     return updated
 

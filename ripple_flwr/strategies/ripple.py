@@ -14,7 +14,7 @@ from flwr.app import ArrayRecord
 from flwr.serverapp.strategy import Strategy
 
 from ripple_flwr.config import RunSettings
-from ripple_flwr.mixing import mix_models, stratified_sample, weighted_cluster_update
+from ripple_flwr.mixing import apply_stacked_deltas, mix_models, mix_stacked, stratified_sample
 from ripple_flwr.results import routing_metrics
 from ripple_flwr.strategies.common import Accepted, FederationRun, QueryResult, states_to_records
 
@@ -109,26 +109,26 @@ class RippleStrategy(FederationRun, Strategy):
     # -- rounds -------------------------------------------------------------------------------
     def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[ArrayRecord]:
         """theta_k = sum_c w_kc theta_c for the sampled clients, one matrix product per tensor."""
-        mixed = mix_models(self.weights[rows], self.stacked)
-        self._sent = {int(r): m for r, m in zip(rows, mixed, strict=True)}
-        return states_to_records(mixed)
+        self._sent = mix_stacked(self.weights[rows], self.stacked)
+        self._sent_pos = {int(r): i for i, r in enumerate(rows)}
+        b = len(rows)
+        return states_to_records([{k: v[i, ...] for k, v in self._sent.items()} for i in range(b)])
 
     def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
         """Eq. 9 with delta_k = (returned weights - the theta_k the server sent)."""
-        deltas, wrows = [], []
-        for a in accepted:
-            sent = self._sent[a.row]
-            deltas.append(
-                {
-                    k: a.state[k] - sent[k]
-                    if np.issubdtype(sent[k].dtype, np.inexact)
-                    else np.zeros_like(sent[k])
-                    for k in sent
-                }
-            )
-            wrows.append(self.weights[a.row])
-        self.stacked = weighted_cluster_update(
-            self.stacked, deltas, np.stack(wrows), self.settings.server_lr, self.eps
+        if not accepted:
+            return None
+        pos = [self._sent_pos[a.row] for a in accepted]
+        # Replies were validated (keys, shapes, finiteness) by validate_train_reply:
+        # stack them once per tensor and subtract what was sent, no per-client copies.
+        deltas = {
+            k: np.stack([a.state[k] for a in accepted]) - sent[pos]
+            for k, sent in self._sent.items()
+            if np.issubdtype(sent.dtype, np.inexact)
+        }
+        wrows = self.weights[[a.row for a in accepted]]
+        self.stacked = apply_stacked_deltas(
+            self.stacked, deltas, wrows, self.settings.server_lr, self.eps
         )
         return None  # the cluster models live in the strategy; see final_arrays()
 
