@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ripple_flwr.data import available_datasets
 from ripple_flwr.pretrain import PretrainSettings, TrainSettings, pretrain
-from ripple_flwr.synthetic import BankSettings
+from ripple_flwr.synthetic import ALPHA_DISTRIBUTIONS, BankSettings
 from ripple_flwr.vae import SUPERVISED_DIVERGENCES, LossWeights
 
 
@@ -97,7 +97,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument(
         "--alpha-dist",
         default=b.alpha_dist,
-        choices=["uniform", "log-uniform"],
+        choices=list(ALPHA_DISTRIBUTIONS),
         help="how alpha is drawn (the paper: uniform in [0.1, 5])",
     )
     g.add_argument(

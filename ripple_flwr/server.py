@@ -23,9 +23,16 @@ from ripple_flwr.config import ConfigError, RunSettings
 from ripple_flwr.embedding import embedding_dim
 from ripple_flwr.federation_cache import cached_federation
 from ripple_flwr.models import build_model, get_state
-from ripple_flwr.pretrain import Checkpoint, checkpoint_settings, load_checkpoint, pretrain
+from ripple_flwr.pretrain import (
+    CHECKPOINT_VERSION,
+    Checkpoint,
+    checkpoint_settings,
+    load_checkpoint,
+    pretrain,
+)
 from ripple_flwr.results import default_results_path, tail_mean, write_results
 from ripple_flwr.strategies import FedAvgBaseline, LocalOnly, RippleStrategy
+from ripple_flwr.synthetic import BANK_FORMAT_VERSION
 
 log = logging.getLogger("flwr.ripple")
 
@@ -35,6 +42,8 @@ def checkpoint_cache_path(settings: RunSettings) -> Path:
     ps = asdict(settings.pretrain_settings())
     for volatile in ("cache_dir", "device"):
         ps.pop(volatile, None)
+    # A change of the bank's sampling or of the checkpoint format invalidates it too.
+    ps["versions"] = [CHECKPOINT_VERSION, BANK_FORMAT_VERSION]
     key = hashlib.sha256(json.dumps(ps, sort_keys=True, default=str).encode()).hexdigest()[:20]
     return settings.cache_root() / "checkpoints" / f"gmm-vae-{key}.pt"
 
