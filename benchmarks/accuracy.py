@@ -3,7 +3,8 @@
 The paper's protocol (spec section 5): Fashion-MNIST, 100 clients x 200
 images, Dir(0.1), 10 clients per round, the paper's CNN and optimiser,
 evaluation every 10 rounds. Methods: Ripple Strat and Unif with both
-routers (gmm-vae, mean-unmixing), the oracle (w = pi*), FedAvg and local-only
+routers (gmm-vae, mean-unmixing), the oracle (w = pi*) with either sampler
+(each Ripple variant's own oracle), FedAvg and local-only
 training, on the same data, sampler budget and evaluation. Runs in-process
 (``InProcessGrid``: the real client handlers, no Ray) and prints, per
 method, the final personalised accuracy (mean of the last three
@@ -50,6 +51,7 @@ METHODS = {
         "router": "mean-unmixing",
     },
     "oracle": {"method": "oracle", "sampling": "stratified"},
+    "oracle-unif": {"method": "oracle", "sampling": "uniform"},
     "fedavg": {"method": "fedavg"},
     "local": {"method": "local"},
 }
