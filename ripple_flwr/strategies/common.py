@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -295,7 +296,7 @@ class Accepted:
     message: Message
 
 
-class FederationRun:
+class FederationRun(ABC):
     """Mixin for a :class:`flwr.serverapp.strategy.Strategy` run over the app's clients.
 
     Subclasses set ``summary_kind`` and implement :meth:`train_payloads`,
@@ -321,20 +322,24 @@ class FederationRun:
 
     # -- hooks ---------------------------------------------------------------------------
     def setup(self, clients: QueryResult) -> None:
-        """Called once after the query round, before round 1."""
+        """Called once after the query round, before round 1 (nothing to do by default)."""
+        return None
 
     def sample_rows(self, server_round: int) -> np.ndarray:
         """Rows (clients) trained this round: uniform without replacement by default."""
         return uniform_sample(len(self.clients), self.settings.clients_per_round, self.rng)
 
+    @abstractmethod
     def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[ArrayRecord]:
-        raise NotImplementedError
+        """One model per sampled row, in row order."""
 
+    @abstractmethod
     def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
-        raise NotImplementedError
+        """Fold the validated replies of a round into the server's models."""
 
+    @abstractmethod
     def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
-        raise NotImplementedError
+        """The model each client is evaluated with, in client order."""
 
     # -- run -----------------------------------------------------------------------------
     def prepare(self, grid: Grid) -> QueryResult:
