@@ -137,10 +137,14 @@ def mix_models(
     threshold: float = 1e-4,
 ) -> list[dict[str, np.ndarray]]:
     """:func:`mix_stacked`, split into one state dict per row of ``weights`` (views, no copy)."""
-    mixed = mix_stacked(weights, stacked, threshold)
-    b = len(np.atleast_2d(weights))
+    return unstack(mix_stacked(weights, stacked, threshold))
+
+
+def unstack(stacked: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """Tensors stacked on a leading axis ``(B, ...)`` -> B state dicts (views, no copy)."""
+    b = len(next(iter(stacked.values()))) if stacked else 0
     # arr[i, ...] keeps 0-d tensors as arrays (arr[i] would give numpy scalars).
-    return [{key: arr[i, ...] for key, arr in mixed.items()} for i in range(b)]
+    return [{key: np.asarray(arr)[i, ...] for key, arr in stacked.items()} for i in range(b)]
 
 
 def mix_model(

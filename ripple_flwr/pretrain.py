@@ -10,7 +10,6 @@ objects are ever unpickled.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
@@ -27,6 +26,7 @@ from ripple_flwr.data import (
     server_aux_split,
 )
 from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
+from ripple_flwr.results import to_jsonable
 from ripple_flwr.routers import GMMVAERouter, MeanUnmixingRouter, UniformRouter, routing_l1
 from ripple_flwr.synthetic import BankSettings, SyntheticBank, cached_bank
 from ripple_flwr.vae import GMMVAE, GMMVAEConfig, LossWeights, gmm_vae_loss, prune_weights
@@ -403,7 +403,7 @@ def pretrain(
         "uniform": UniformRouter(k),
         "mean-unmixing": unmix,
     }
-    report: dict = {"checkpoint": str(output), "settings": _jsonable(asdict(settings))}
+    report: dict = {"checkpoint": str(output), "settings": to_jsonable(asdict(settings))}
     for name, router in routers.items():
         feats = val_bank.embeddings if router.needs == "embedding" else val_bank.means
         suffix = "" if name == "gmm-vae" else f"_{name.replace('-', '_')}"
@@ -425,9 +425,3 @@ def pretrain(
         }
     )
     return checkpoint, report
-
-
-def _jsonable(obj):
-    return json.loads(
-        json.dumps(obj, default=lambda o: list(o) if isinstance(o, tuple) else str(o))
-    )

@@ -101,13 +101,14 @@ def default_results_path(method: str, seed: int, root: str | Path = "outputs") -
     return Path(root) / f"ripple-{method}-seed{seed}-{stamp}.json"
 
 
-def _jsonable(obj: Any) -> Any:
+def to_jsonable(obj: Any) -> Any:
+    """Plain JSON types from dicts, tuples, numpy arrays and scalars, paths (NaN -> None)."""
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
+        return [to_jsonable(v) for v in obj]
     if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
+        return to_jsonable(obj.tolist())
     if isinstance(obj, np.integer):
         return int(obj)
     if isinstance(obj, np.floating | float):
@@ -122,7 +123,7 @@ def write_results(path: str | Path, results: dict[str, Any], plot: bool = True) 
     """Write the results JSON (atomically) and, next to it, a PNG of accuracy over rounds."""
     path = Path(path).expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"results_version": RESULTS_VERSION, **_jsonable(results)}
+    payload = {"results_version": RESULTS_VERSION, **to_jsonable(results)}
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2))
     tmp.replace(path)

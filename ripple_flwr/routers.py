@@ -26,6 +26,7 @@ class Router(Protocol):
     name: str
     needs: str
     num_components: int
+    input_dim: int | None  # length of the summary it reads (None: reads nothing)
 
     def route(self, features: np.ndarray) -> np.ndarray:
         """``(B, F)`` client summaries -> ``(B, K)`` weights, rows summing to 1."""
@@ -54,9 +55,10 @@ class GMMVAERouter:
         self.prune = prune
         self.device = device
         self.num_components = model.config.num_components
+        self.input_dim = model.config.input_dim
 
     def route(self, features: np.ndarray, batch_size: int = 4096) -> np.ndarray:
-        x = _as_batch(features, self.model.config.input_dim, "embedding")
+        x = _as_batch(features, self.input_dim, "embedding")
         out = []
         for start in range(0, len(x), batch_size):
             chunk = torch.from_numpy(x[start : start + batch_size]).to(self.device)
@@ -77,6 +79,7 @@ class MeanUnmixingRouter:
             raise ValueError(f"component means must be (K>=2, D), got {m.shape}")
         self.component_means = m
         self.num_components = m.shape[0]
+        self.input_dim = m.shape[1]
 
     @classmethod
     def from_aux(cls, images: np.ndarray, components: np.ndarray, k: int) -> MeanUnmixingRouter:
@@ -87,7 +90,7 @@ class MeanUnmixingRouter:
         return cls(np.stack([flat[components == c].mean(axis=0) for c in range(k)]))
 
     def route(self, features: np.ndarray) -> np.ndarray:
-        x = _as_batch(features, self.component_means.shape[1], "client mean image")
+        x = _as_batch(features, self.input_dim, "client mean image")
         basis = self.component_means.T
         w = np.stack([nnls(basis, row.astype(np.float64))[0] for row in x])
         sums = w.sum(axis=1, keepdims=True)
@@ -99,6 +102,7 @@ class UniformRouter:
 
     name = "uniform"
     needs = "none"
+    input_dim = None
 
     def __init__(self, num_components: int) -> None:
         self.num_components = num_components

@@ -237,6 +237,7 @@ class SpyRouter:
         self.needs = router.needs
         self.name = router.name
         self.model = router.model
+        self.input_dim = router.input_dim
         self.seen: list[np.ndarray] = []
 
     def route(self, features):

@@ -14,7 +14,13 @@ from flwr.app import ArrayRecord
 from flwr.serverapp.strategy import Strategy
 
 from ripple_flwr.config import RunSettings
-from ripple_flwr.mixing import apply_stacked_deltas, mix_models, mix_stacked, stratified_sample
+from ripple_flwr.mixing import (
+    apply_stacked_deltas,
+    mix_models,
+    mix_stacked,
+    stratified_sample,
+    unstack,
+)
 from ripple_flwr.results import routing_metrics
 from ripple_flwr.strategies.common import Accepted, FederationRun, QueryResult, states_to_records
 
@@ -71,7 +77,7 @@ class RippleStrategy(FederationRun, Strategy):
         self.eps = eps
         if router is not None and weights is None:
             self.summary_kind = router.needs
-            self.summary_dim = _router_dim(router)
+            self.summary_dim = router.input_dim
         self.stacked = stack_models(initial_state, self.k)
         self.weights: np.ndarray | None = None  # (rows, K), rows = usable clients
         self.routing: dict[str, Any] = {}
@@ -111,8 +117,7 @@ class RippleStrategy(FederationRun, Strategy):
         """theta_k = sum_c w_kc theta_c for the sampled clients, one matrix product per tensor."""
         self._sent = mix_stacked(self.weights[rows], self.stacked)
         self._sent_pos = {int(r): i for i, r in enumerate(rows)}
-        b = len(rows)
-        return states_to_records([{k: v[i, ...] for k, v in self._sent.items()} for i in range(b)])
+        return states_to_records(unstack(self._sent))
 
     def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
         """Eq. 9 with delta_k = (returned weights - the theta_k the server sent)."""
@@ -164,11 +169,3 @@ class RippleStrategy(FederationRun, Strategy):
             "source": "oracle (pi*)" if self.fixed_weights is not None else self.router.name,
         }
         return rec
-
-
-def _router_dim(router: Any) -> int | None:
-    if router.needs == "embedding":
-        return int(router.model.config.input_dim)
-    if router.needs == "mean":
-        return int(router.component_means.shape[1])
-    return None
