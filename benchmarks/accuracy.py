@@ -63,6 +63,29 @@ def curve(results: dict) -> tuple[list[int], list[float]]:
     return rounds, [acc[str(r)]["weighted_mean"] for r in rounds]
 
 
+# Each Ripple variant's perfect-routing reference: the same sampler with w = pi*.
+ORACLE_OF = {
+    "ripple-strat-gmm-vae": "oracle",
+    "ripple-strat-mean-unmixing": "oracle",
+    "ripple-unif-gmm-vae": "oracle-unif",
+    "ripple-unif-mean-unmixing": "oracle-unif",
+}
+
+
+def previous_run(path: Path, cfg: dict) -> dict | None:
+    """A finished run's results when its file exists and was run with ``cfg``."""
+    if not path.exists():
+        return None
+    res = json.loads(path.read_text())
+    settings = res.get("settings", {})
+    same = all(
+        str(settings.get(k.replace("-", "_"), settings.get(k))) == str(v)
+        for k, v in cfg.items()
+        if k not in ("results-path", "checkpoint")
+    )
+    return res if same else None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="fashion-mnist")
@@ -74,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", default="", help="GMM-VAE checkpoint for the dataset")
     p.add_argument("--plot", default="outputs/accuracy.png")
     p.add_argument("--out", default="", help="folder for the per-run results files")
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="read a run's results file from --out instead of rerunning it when it exists "
+        "and holds the same settings (lets seeds run in separate sessions)",
+    )
     args = p.parse_args(argv)
     logging.getLogger("flwr").setLevel(logging.WARNING)
     import torch
@@ -96,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
                 "checkpoint": args.checkpoint,
                 "results-path": str(out / f"{name}-seed{seed}.json"),
             }
-            res = json.loads(run_server(InProcessGrid(cfg), cfg).read_text())
+            res = previous_run(Path(cfg["results-path"]), cfg) if args.reuse else None
+            if res is None:
+                res = json.loads(run_server(InProcessGrid(cfg), cfg).read_text())
             rounds, acc = curve(res)
             finals.append(tail_mean(acc))
             hit = [r for r, a in zip(rounds, acc, strict=True) if a >= 0.9]
@@ -108,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
             "first_round_90": first90,
         }
         curves[name] = [rounds, np.mean(runs, axis=0).tolist()]
+        ref = ORACLE_OF.get(name)
+        if ref in curves:
+            gaps = np.asarray(curves[ref][1]) - np.asarray(curves[name][1])
+            summary[name]["max_gap_to_oracle"] = float(gaps.max())
         print(f"{name}: {summary[name]}", file=sys.stderr, flush=True)
     plot(curves, args)
     print(

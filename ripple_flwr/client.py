@@ -91,21 +91,27 @@ def _model_for(settings: RunSettings, image_shape, num_classes: int) -> torch.nn
 
 
 def check_partition(settings: RunSettings, node_config: dict[str, Any]) -> int:
-    """The node's partition id, checked against the run's federation."""
+    """The node's partition id, checked against the run's federation.
+
+    Ids ``0 .. num-partitions-1`` are training clients, the ``new-clients`` ids
+    after them are held-out clients onboarded zero-shot.
+    """
     if "partition-id" not in node_config:
         raise ValueError(
             "node config lacks 'partition-id'; start the SuperNode with "
             "--node-config 'partition-id=<i> num-partitions=<n>'"
         )
     pid = int(node_config["partition-id"])
-    n_node = int(node_config.get("num-partitions", settings.num_partitions))
-    if n_node != settings.num_partitions:
+    total = settings.total_partitions
+    n_node = int(node_config.get("num-partitions", total))
+    if n_node != total:
         raise ValueError(
-            f"node has num-partitions={n_node} but the run has num-partitions="
-            f"{settings.num_partitions} (in simulation num-partitions must equal num-supernodes)"
+            f"node has num-partitions={n_node} but the run has {total} partitions "
+            f"(num-partitions={settings.num_partitions} + new-clients={settings.new_clients}); "
+            "in simulation num-supernodes must equal that sum"
         )
-    if not 0 <= pid < settings.num_partitions:
-        raise ValueError(f"partition-id {pid} out of range [0, {settings.num_partitions})")
+    if not 0 <= pid < total:
+        raise ValueError(f"partition-id {pid} out of range [0, {total})")
     return pid
 
 
@@ -195,7 +201,7 @@ def handle_query(msg: Message, context: Context) -> Message:
             "info": ConfigRecord(
                 {
                     "partition-id": pid,
-                    "num-partitions": settings.num_partitions,
+                    "num-partitions": settings.total_partitions,
                     "num-examples": int(len(fed.train_indices[pid])),
                     "summary": kind,
                     "seconds": float(seconds),

@@ -23,6 +23,7 @@ METHODS = ("ripple", "oracle", "fedavg", "local")
 SAMPLINGS = ("stratified", "uniform")
 ROUTERS = ("gmm-vae", "mean-unmixing")
 LABEL_KINDS = ("class", "domain")
+REFINES = ("none", "hdb")
 
 # Image shapes of the registry's datasets, to reject a too-large J before loading data.
 _KNOWN_SHAPES = {
@@ -47,7 +48,16 @@ class RunSettings:
     method : ``ripple`` | ``oracle`` (w = pi*) | ``fedavg`` | ``local`` (each client alone).
     sampling : ``stratified`` (Ripple-Strat) | ``uniform`` (Ripple-Unif).
     router : ``gmm-vae`` (WST embedding) | ``mean-unmixing`` (client mean image).
-    num_partitions : training clients; must equal the number of SuperNodes.
+    num_partitions : training clients.
+    new_clients : held-out clients (partition ids after the training ones) that never
+        train and are onboarded zero-shot after training; the SuperNodes number
+        ``num_partitions + new_clients``.
+    alpha_new : Dirichlet concentration of the new clients (alpha_test), drawn from
+        data no training client holds.
+    refine : ``none`` (K clusters) | ``hdb`` (Ripple-HDB: K_hat meta-clusters by HDBSCAN).
+    min_cluster_size : HDBSCAN's smallest cluster, in clients (Ripple-HDB).
+    best_by_loss : also score every cluster model on each new client and keep the
+        lowest-loss one (the paper's oracle advantage for baselines; reference only).
     num_components : K, the number of clusters (>= 2).
     explained_variance : 0 means "use svd_rank".
     checkpoint : GMM-VAE checkpoint path; empty = pre-train (cached) with the run's settings.
@@ -63,6 +73,8 @@ class RunSettings:
     data_root: str = ""
     label_kind: str = "class"
     num_partitions: int = 20
+    new_clients: int = 0
+    alpha_new: float = 1.0
     partition_size: int = 200
     alpha: float = 0.1
     aux_size: int = 1000
@@ -81,6 +93,9 @@ class RunSettings:
     momentum: float = 0.9
     batch_size: int = 32
     server_lr: float = 1.0
+    refine: str = "none"
+    min_cluster_size: int = 3
+    best_by_loss: bool = True
     eval_every: int = 5
     seed: int = 0
     checkpoint: str = ""
@@ -138,12 +153,20 @@ class RunSettings:
         choice("sampling", self.sampling, SAMPLINGS)
         choice("router", self.router, ROUTERS)
         choice("label-kind", self.label_kind, LABEL_KINDS)
+        choice("refine", self.refine, REFINES)
+        if self.refine == "hdb" and self.method not in ("ripple", "oracle"):
+            raise ConfigError(
+                f"refine='hdb' clusters Ripple's routing weights; method={self.method!r} has "
+                "none. Use method='ripple' (or 'oracle'), or refine='none'."
+            )
         choice("dataset", self.dataset.strip().lower(), available_datasets())
         choice("model", self.model, available_models())
         if self.num_components < 2:
             raise ConfigError(f"num-components (K) must be >= 2, got {self.num_components}")
         for key, value, low in (
             ("num-partitions", self.num_partitions, 1),
+            ("new-clients", self.new_clients, 0),
+            ("min-cluster-size", self.min_cluster_size, 2),
             ("partition-size", self.partition_size, 2),
             ("aux-size", self.aux_size, 1),
             ("data-seed", self.data_seed, 0),
@@ -172,6 +195,10 @@ class RunSettings:
             )
         if not self.alpha > 0:
             raise ConfigError(f"alpha (Dirichlet concentration) must be > 0, got {self.alpha}")
+        if not self.alpha_new > 0:
+            raise ConfigError(
+                f"alpha-new (new clients' Dirichlet) must be > 0, got {self.alpha_new}"
+            )
         if not 0.0 < self.test_fraction < 1.0:
             raise ConfigError(f"test-fraction must be in (0, 1), got {self.test_fraction}")
         if not 0.0 <= self.explained_variance <= 1.0:
@@ -191,12 +218,13 @@ class RunSettings:
         ):
             if not value > 0:
                 raise ConfigError(f"{key} must be > 0 seconds, got {value}")
-        needed = self.aux_size + self.num_partitions * self.partition_size
+        needed = self.aux_size + self.total_partitions * self.partition_size
         shape = _KNOWN_SHAPES.get(self.base_dataset)
         if self.base_dataset == "mnist-5k" and needed > 5000:
             raise ConfigError(
-                f"mnist-5k has 5000 images: aux-size={self.aux_size} + num-partitions="
-                f"{self.num_partitions} x partition-size={self.partition_size} = {needed}"
+                f"mnist-5k has 5000 images: aux-size={self.aux_size} + (num-partitions="
+                f"{self.num_partitions} + new-clients={self.new_clients}) x partition-size="
+                f"{self.partition_size} = {needed}"
             )
         if shape is not None:
             self.check_image_shape(shape)
@@ -217,6 +245,11 @@ class RunSettings:
         return key[len("rotated-") :] if key.startswith("rotated-") else key
 
     @property
+    def total_partitions(self) -> int:
+        """Training clients plus held-out new clients: the number of SuperNodes."""
+        return self.num_partitions + self.new_clients
+
+    @property
     def summary_kind(self) -> str:
         """What a client sends in the one-shot round: ``embedding``, ``mean`` or ``none``."""
         if self.method != "ripple":
@@ -233,7 +266,7 @@ class RunSettings:
 
     def federation_kwargs(self) -> dict[str, Any]:
         """Arguments of :func:`ripple_flwr.data.build_federation` (besides the dataset)."""
-        return {
+        kwargs: dict[str, Any] = {
             "num_partitions": self.num_partitions,
             "partition_size": self.partition_size,
             "alpha": float(self.alpha),
@@ -243,6 +276,10 @@ class RunSettings:
             "test_fraction": float(self.test_fraction),
             "seed": self.data_seed,
         }
+        if self.new_clients:  # absent when 0, so runs without new clients share a cache
+            kwargs["new_partitions"] = self.new_clients
+            kwargs["alpha_new"] = float(self.alpha_new)
+        return kwargs
 
     def pretrain_settings(self):
         """The :class:`~ripple_flwr.pretrain.PretrainSettings` the run pre-trains with."""

@@ -34,8 +34,9 @@ class InProcessGrid(Grid):
     """Delivers each message to the ClientApp in-process; no Ray, no SuperLink.
 
     ``faults[partition_id]`` may rewrite a reply (or return ``None``: no reply,
-    as after a timeout); ``raise_for`` makes the client raise on given message
-    types. ``sent`` and ``replies`` record all traffic for the tests.
+    as after a timeout). ``join_after[partition_id] = r`` hides that node until
+    the server has pushed the training messages of round ``r`` (a SuperNode
+    that connects late). ``sent`` and ``replies`` record all traffic for the tests.
     """
 
     def __init__(
@@ -45,6 +46,7 @@ class InProcessGrid(Grid):
         *,
         node_configs: list[dict[str, Any]] | None = None,
         faults: dict[int, Fault] | None = None,
+        join_after: dict[int, int] | None = None,
         app: Any = None,
     ) -> None:
         if app is None:
@@ -53,12 +55,10 @@ class InProcessGrid(Grid):
             app = dispatch
         self.app = app
         ensure_task_identity()
-        n = int(run_config["num-partitions"]) if num_nodes is None else num_nodes
+        total = int(run_config["num-partitions"]) + int(run_config.get("new-clients", 0))
+        n = total if num_nodes is None else num_nodes
         if node_configs is None:
-            node_configs = [
-                {"partition-id": i, "num-partitions": int(run_config["num-partitions"])}
-                for i in range(n)
-            ]
+            node_configs = [{"partition-id": i, "num-partitions": total} for i in range(n)]
         self.node_ids = [NODE_ID_BASE + 2 * i for i in range(len(node_configs))]
         self.contexts = {
             nid: Context(
@@ -67,6 +67,8 @@ class InProcessGrid(Grid):
             for nid, cfg in zip(self.node_ids, node_configs, strict=True)
         }
         self.faults = faults or {}
+        self.join_after = dict(join_after or {})
+        self.last_train_round = 0
         self.sent: list[Message] = []
         self.replies: list[Message] = []
         self._outbox: dict[str, Message] = {}
@@ -84,7 +86,12 @@ class InProcessGrid(Grid):
         return Message(content, dst_node_id=dst_node_id, message_type=message_type)
 
     def get_node_ids(self) -> Iterable[int]:
-        return list(self.contexts)
+        return [
+            nid
+            for nid, ctx in self.contexts.items()
+            if self.join_after.get(int(ctx.node_config.get("partition-id", -1)), 0)
+            <= self.last_train_round
+        ]
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         ids = []
@@ -93,6 +100,10 @@ class InProcessGrid(Grid):
             mid = uuid.uuid4().hex
             msg.metadata.__dict__["_message_id"] = mid
             self.sent.append(msg)
+            if msg.metadata.message_type == "train":
+                cfg = msg.content.config_records.get("config")
+                if cfg is not None and "server-round" in cfg:
+                    self.last_train_round = max(self.last_train_round, int(cfg["server-round"]))
             reply = self._deliver(msg)
             if reply is not None:
                 self._outbox[mid] = reply

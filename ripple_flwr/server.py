@@ -106,6 +106,50 @@ def build_strategy(settings: RunSettings, state, federation, router=None):
     raise ConfigError(f"unknown method {settings.method!r}")  # pragma: no cover
 
 
+def save_for_onboarding(
+    strategy, settings: RunSettings, dataset, path: Path, checkpoint_info: dict | None
+) -> Path | None:
+    """Write what zero-shot onboarding outside the run needs (``onboard.py`` reads it).
+
+    Ripple: the cluster models, the router checkpoint and the HDB map; FedAvg:
+    its global model (router ``none``). Oracle and local-only runs have no
+    router a new client could use, so nothing is written for them.
+    """
+    from ripple_flwr.client import record_to_state
+    from ripple_flwr.onboarding import SavedRun, save_run
+
+    common = {
+        "model": settings.model,
+        "image_shape": tuple(int(v) for v in dataset.image_shape),
+        "num_classes": int(dataset.num_classes),
+        "settings": settings.to_dict(),
+    }
+    if settings.method == "ripple":
+        ckpt = Path(checkpoint_info["checkpoint"]).expanduser().resolve()
+        run = SavedRun(
+            cluster_states={k: np.asarray(v) for k, v in strategy.stacked.items()},
+            router=settings.router,
+            router_checkpoint=str(ckpt),
+            router_sha256=hashlib.sha256(ckpt.read_bytes()).hexdigest(),
+            component_map=strategy.component_map,
+            **common,
+        )
+    elif settings.method == "fedavg" and strategy.final_global is not None:
+        state = record_to_state(strategy.final_global)
+        run = SavedRun(
+            cluster_states={k: np.asarray(v)[None] for k, v in state.items()},
+            router="none",
+            **common,
+        )
+    else:
+        return None
+    path = save_run(path, run)
+    log.info(
+        "saved run for zero-shot onboarding: %s (python onboard.py %s --images ...)", path, path
+    )
+    return path
+
+
 def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     """The whole ServerApp: validate, route, federate, evaluate, write results."""
     t_start = time.perf_counter()
@@ -140,6 +184,9 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     del result
 
     record = strategy.run_record()
+    saved_run = save_for_onboarding(
+        strategy, settings, dataset, results_path.with_suffix(".run.pt"), checkpoint_info
+    )
     clients = strategy.clients
     model_bytes = int(sum(v.nbytes for v in state.values()))
     accuracy = [e["accuracy"]["weighted_mean"] for e in record["evaluations"]]
@@ -165,6 +212,9 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
             }
             for e in record["evaluations"]
         },
+        "saved_run": None if saved_run is None else str(saved_run),
+        "num_models": getattr(strategy, "num_models", 1 if settings.method == "fedavg" else None),
+        "zero_shot_accuracy": (record["zero_shot"].get("accuracy") or {}).get("weighted_mean"),
         "train_loss_per_round": {str(r["round"]): r["train_loss"] for r in record["rounds"]},
         "bytes_per_round": {
             str(r["round"]): {"down": r["bytes_down"], "up": r["bytes_up"]}

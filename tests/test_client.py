@@ -71,10 +71,15 @@ def test_partition_checks():
     assert check_partition(s, {"partition-id": 5, "num-partitions": 6}) == 5
     with pytest.raises(ValueError, match="lacks 'partition-id'"):
         check_partition(s, {})
-    with pytest.raises(ValueError, match="must equal num-supernodes"):
+    with pytest.raises(ValueError, match="num-supernodes must equal that sum"):
         check_partition(s, {"partition-id": 0, "num-partitions": 2})
     with pytest.raises(ValueError, match="out of range"):
         check_partition(s, {"partition-id": 6, "num-partitions": 6})
+    # Held-out new clients take the ids after the training ones.
+    s = RunSettings(num_partitions=6, new_clients=2, clients_per_round=3)
+    assert check_partition(s, {"partition-id": 7, "num-partitions": 8}) == 7
+    with pytest.raises(ValueError, match=r"num-partitions=6 \+ new-clients=2"):
+        check_partition(s, {"partition-id": 0, "num-partitions": 6})
 
 
 def test_train_and_evaluate_handlers(cache_dir):

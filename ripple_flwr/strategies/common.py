@@ -105,20 +105,30 @@ class PollingGrid(Grid):
 
 
 def wait_for_nodes(
-    grid: Grid, expected: int, timeout: float, poll: float = 1.0, hint_every: float = 10.0
+    grid: Grid,
+    expected: int,
+    timeout: float,
+    poll: float = 1.0,
+    hint_every: float = 10.0,
+    allowed: int | None = None,
 ) -> list[int]:
-    """Node ids once ``expected`` nodes are connected; a clear error after ``timeout`` s."""
+    """Node ids once ``expected`` nodes are connected; a clear error after ``timeout`` s.
+
+    ``allowed`` (default ``expected``) is how many nodes the run can use at
+    most (training plus new clients); more than that gets a warning.
+    """
     start = time.monotonic()
     last_hint = start
+    allowed = expected if allowed is None else allowed
     while True:
         nodes = [int(n) for n in grid.get_node_ids()]
         if len(nodes) >= expected:
-            if len(nodes) > expected:
+            if len(nodes) > allowed:
                 log.warning(
-                    "%d nodes connected but num-partitions=%d: nodes whose partition is "
-                    "outside the run are left out",
+                    "%d nodes connected but the run has %d partitions: nodes whose partition "
+                    "is outside the run are left out",
                     len(nodes),
-                    expected,
+                    allowed,
                 )
             return sorted(nodes)
         now = time.monotonic()
@@ -153,6 +163,33 @@ class QueryResult:
     def __len__(self) -> int:
         return len(self.node_ids)
 
+    def select(self, rows: Sequence[int]) -> QueryResult:
+        """The clients at ``rows`` (in that order); no rejections carried over."""
+        rows = [int(r) for r in rows]
+        return QueryResult(
+            node_ids=[self.node_ids[r] for r in rows],
+            partition_ids=[self.partition_ids[r] for r in rows],
+            num_examples=[self.num_examples[r] for r in rows],
+            features=None if self.features is None else self.features[rows],
+            bytes_up=[self.bytes_up[r] for r in rows] if self.bytes_up else [],
+            client_seconds=[self.client_seconds[r] for r in rows] if self.client_seconds else [],
+        )
+
+    def extend(self, other: QueryResult) -> None:
+        """Append ``other``'s clients (late joiners) after the current ones."""
+        self.node_ids += other.node_ids
+        self.partition_ids += other.partition_ids
+        self.num_examples += other.num_examples
+        if other.features is not None:
+            self.features = (
+                other.features
+                if self.features is None or not len(self.features)
+                else np.concatenate([self.features, other.features])
+            )
+        self.bytes_up += other.bytes_up
+        self.client_seconds += other.client_seconds
+        self.rejected.update(other.rejected)
+
 
 def validate_summary(record: RecordDict, kind: str, dim: int | None) -> np.ndarray | None:
     """The summary vector of a query reply, or ``ValueError`` saying what is wrong with it."""
@@ -177,14 +214,17 @@ def query_round(
     dim: int | None,
     num_partitions: int,
     timeout: float,
+    taken: Iterable[int] = (),
 ) -> QueryResult:
     """Ask every node once for its partition id (and summary); validate every reply.
 
-    A node that errors, does not answer within ``timeout``, reports a partition
-    outside the run or one already taken, or sends a summary of the wrong
-    length or with NaN/Inf is left out with its reason logged; its summary
-    never reaches the router.
+    ``num_partitions`` counts every partition of the run (training and new
+    clients). A node that errors, does not answer within ``timeout``, reports
+    a partition outside the run or one already taken (here or in ``taken``),
+    or sends a summary of the wrong length or with NaN/Inf is left out with
+    its reason logged; its summary never reaches the router.
     """
+    taken = set(int(t) for t in taken)
     messages = [
         Message(
             RecordDict({"config": ConfigRecord({"summary": kind})}),
@@ -214,6 +254,8 @@ def query_round(
                 )
             if pid in rows:
                 raise ValueError(f"partition-id {pid} already held by node {rows[pid][0]}")
+            if pid in taken:
+                raise ValueError(f"partition-id {pid} already held by another node of the run")
             phi = validate_summary(msg.content, kind, dim)
         except (KeyError, ValueError, TypeError) as err:
             rejected[nid] = f"invalid query reply: {err}"
@@ -319,6 +361,11 @@ class FederationRun(ABC):
         self._current: dict[str, Any] = {}
         self._eval_pending: dict[int, int] = {}
         self._eval_current: dict[str, Any] = {}
+        self.new_clients: QueryResult = QueryResult([], [], [], None)
+        self.known_nodes: set[int] = set()
+        self.joined: list[dict[str, Any]] = []
+        self.zero_shot_record: dict[str, Any] = {}
+        self.final_global: ArrayRecord | None = None
 
     # -- hooks ---------------------------------------------------------------------------
     def setup(self, clients: QueryResult) -> None:
@@ -341,16 +388,39 @@ class FederationRun(ABC):
     def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
         """The model each client is evaluated with, in client order."""
 
+    def add_clients(self, joined: QueryResult) -> None:
+        """Training clients that connected after the one-shot round join from the next round."""
+        self.clients.extend(joined)
+
+    def onboard_payloads(self, new: QueryResult) -> list[ArrayRecord] | None:
+        """The zero-shot model of each new client (``None``: the method has none)."""
+        return None
+
+    def reference_models(self) -> list[ArrayRecord]:
+        """Every model the server holds, for the best-by-loss reference (none by default)."""
+        return []
+
     # -- run -----------------------------------------------------------------------------
     def prepare(self, grid: Grid) -> QueryResult:
-        """Wait for the nodes, run the one-shot round, keep the usable clients."""
+        """Wait for the nodes, run the one-shot round, keep the usable clients.
+
+        Nodes holding a held-out partition (``partition-id >= num-partitions``)
+        are set aside as new clients: they never train and are onboarded
+        zero-shot after training.
+        """
         s = self.settings
-        node_ids = wait_for_nodes(grid, s.num_partitions, s.node_wait_timeout)
+        node_ids = wait_for_nodes(
+            grid, s.num_partitions, s.node_wait_timeout, allowed=s.total_partitions
+        )
         t0 = time.perf_counter()
-        clients = query_round(
-            grid, node_ids, self.summary_kind, self.summary_dim, s.num_partitions, s.round_timeout
+        everyone = query_round(
+            grid, node_ids, self.summary_kind, self.summary_dim, s.total_partitions, s.round_timeout
         )
         self.timings["query"] = time.perf_counter() - t0
+        self.known_nodes.update(int(n) for n in node_ids)
+        clients, new = self._split_new(everyone)
+        clients.rejected = everyone.rejected
+        self.new_clients = new
         if len(clients) < s.clients_per_round:
             reasons = "; ".join(f"node {n}: {r}" for n, r in list(clients.rejected.items())[:5])
             raise NotEnoughClientsError(
@@ -358,14 +428,70 @@ class FederationRun(ABC):
                 f"clients-per-round={s.clients_per_round}. Left out: {reasons}"
             )
         log.info(
-            "query round: %d clients usable, %d left out (%.2f s)",
+            "query round: %d clients usable, %d held out for zero-shot onboarding, "
+            "%d left out (%.2f s)",
             len(clients),
+            len(new),
             len(clients.rejected),
             self.timings["query"],
         )
         self.clients = clients
         self.setup(clients)
         return clients
+
+    def _split_new(self, result: QueryResult) -> tuple[QueryResult, QueryResult]:
+        """(training clients, new clients) of a query round, by partition id."""
+        n = self.settings.num_partitions
+        train = [i for i, p in enumerate(result.partition_ids) if p < n]
+        new = [i for i, p in enumerate(result.partition_ids) if p >= n]
+        return result.select(train), result.select(new)
+
+    def admit_late_joiners(self, grid: Grid, server_round: int) -> None:
+        """Query nodes that connected since the last look; they join from this round on.
+
+        Only the newcomers get a message; the clients already in the run see
+        nothing of it. A newcomer that fails its query is left out and not asked again.
+        """
+        fresh = sorted(int(n) for n in grid.get_node_ids() if int(n) not in self.known_nodes)
+        if not fresh:
+            return
+        s = self.settings
+        taken = list(self.clients.partition_ids) + list(self.new_clients.partition_ids)
+        t0 = time.perf_counter()
+        result = query_round(
+            grid,
+            fresh,
+            self.summary_kind,
+            self.summary_dim,
+            s.total_partitions,
+            s.round_timeout,
+            taken=taken,
+        )
+        self.known_nodes.update(fresh)
+        train, new = self._split_new(result)
+        self.clients.rejected.update(result.rejected)
+        if len(train):
+            self.add_clients(train)
+        if len(new):
+            self.new_clients.extend(new)
+        self.joined.append(
+            {
+                "round": server_round,
+                "partitions": list(train.partition_ids),
+                "new_clients": list(new.partition_ids),
+                "rejected": {str(n): r for n, r in result.rejected.items()},
+                "seconds": time.perf_counter() - t0,
+            }
+        )
+        log.info(
+            "round %d: %d late node(s) joined (training partitions %s, new clients %s, "
+            "%d left out)",
+            server_round,
+            len(fresh),
+            list(train.partition_ids),
+            list(new.partition_ids),
+            len(result.rejected),
+        )
 
     def start(
         self,
@@ -385,7 +511,7 @@ class FederationRun(ABC):
         timeout = self.settings.round_timeout if timeout is None else timeout
         if self.clients is None:
             self.prepare(grid)
-        return super().start(  # type: ignore[misc]
+        result = super().start(  # type: ignore[misc]
             PollingGrid(grid),
             initial_arrays,
             num_rounds,
@@ -394,6 +520,10 @@ class FederationRun(ABC):
             evaluate_config,
             evaluate_fn,
         )
+        self.final_global = result.arrays
+        if self.settings.new_clients:
+            self.zero_shot(grid)
+        return result
 
     # -- training --------------------------------------------------------------------------
     def _train_config(self, server_round: int) -> ConfigRecord:
@@ -412,6 +542,7 @@ class FederationRun(ABC):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """One message per sampled client, each carrying the model that client receives."""
+        self.admit_late_joiners(grid, server_round)
         t0 = time.perf_counter()
         rows = self.sample_rows(server_round)
         payloads = self.train_payloads(rows, arrays)
@@ -538,27 +669,8 @@ class FederationRun(ABC):
         """Sample-weighted mean and spread of the clients' personalised accuracies."""
         if not self._eval_pending:
             return None
-        per_client = []
-        failed = []
-        for msg in replies:
-            nid = int(msg.metadata.src_node_id)
-            row = self._eval_pending.get(nid)
-            if row is None:
-                continue
-            pid = self.clients.partition_ids[row]
-            try:
-                if msg.has_error():
-                    raise ValueError(msg.error.reason)
-                m = msg.content.metric_records["metrics"]
-                acc, loss, n = float(m["accuracy"]), float(m["loss"]), int(m["num-examples"])
-                if not (math.isfinite(acc) and n > 0):
-                    raise ValueError(f"bad metrics {dict(m)}")
-            except (KeyError, ValueError, TypeError) as err:
-                failed.append({"partition": pid, "reason": str(err)})
-                continue
-            per_client.append({"partition": pid, "accuracy": acc, "loss": loss, "num_examples": n})
+        per_client, failed = collect_evaluations(replies, self._eval_pending, self.clients)
         self._eval_pending = {}
-        per_client.sort(key=lambda c: c["partition"])
         acc = client_stats(
             [c["accuracy"] for c in per_client], [c["num_examples"] for c in per_client]
         )
@@ -591,6 +703,67 @@ class FederationRun(ABC):
             }
         )
 
+    # -- zero-shot onboarding ------------------------------------------------------------
+    def zero_shot(self, grid: Grid) -> None:
+        """After training: each new client gets its zero-shot model once and scores it.
+
+        The model comes from the summary the client sent once (one batched
+        router pass, then mixing): no gradient, no model evaluation in the
+        choice, no message to any training client. With ``best-by-loss`` every
+        model the server holds is also scored on each new client and the one
+        with the lowest loss kept: the oracle advantage the paper gives baselines.
+        """
+        s = self.settings
+        self.admit_late_joiners(grid, self.num_rounds + 1)
+        new = self.new_clients
+        rec: dict[str, Any] = {"clients": len(new), "partition_ids": list(new.partition_ids)}
+        self.zero_shot_record = rec
+        if not len(new):
+            log.warning(
+                "new-clients=%d but no new client answered; no zero-shot score", s.new_clients
+            )
+            return
+        t0 = time.perf_counter()
+        payloads = self.onboard_payloads(new)
+        server_seconds = time.perf_counter() - t0
+        if payloads is None:
+            log.info("%s has no zero-shot model for new clients", type(self).__name__)
+            rec["supported"] = False
+            return
+        t0 = time.perf_counter()
+        per_client, failed = evaluate_on(grid, new, payloads, self.num_rounds, s.round_timeout)
+        embed = float(np.mean(new.client_seconds)) if new.client_seconds else 0.0
+        rec.update(
+            {
+                "supported": True,
+                "accuracy": client_stats(
+                    [c["accuracy"] for c in per_client], [c["num_examples"] for c in per_client]
+                ),
+                "per_client": per_client,
+                "failed": failed,
+                "server_seconds": server_seconds,
+                "onboard_ms_per_client": 1000.0 * (embed + server_seconds / len(new)),
+                "evaluation_seconds": time.perf_counter() - t0,
+            }
+        )
+        log.info(
+            "zero-shot: %d new clients, personalised accuracy %.4f (weighted mean), "
+            "%.1f ms to onboard one client (embedding %.1f ms + routing and mixing %.2f ms)",
+            len(per_client),
+            rec["accuracy"]["weighted_mean"],
+            rec["onboard_ms_per_client"],
+            1000 * embed,
+            1000 * server_seconds / len(new),
+        )
+        refs = self.reference_models()
+        if s.best_by_loss and len(refs) > 1:
+            rec["best_by_loss"] = best_by_loss(grid, new, refs, self.num_rounds, s.round_timeout)
+            log.info(
+                "zero-shot best-by-loss over %d models (reference): accuracy %.4f",
+                len(refs),
+                rec["best_by_loss"]["accuracy"]["weighted_mean"],
+            )
+
     def summary(self) -> None:
         s = self.settings
         log.info(
@@ -616,7 +789,87 @@ class FederationRun(ABC):
             "rounds": self.history["rounds"],
             "evaluations": self.history["evaluations"],
             "timings": dict(self.timings),
+            "late_joiners": self.joined,
+            "zero_shot": self.zero_shot_record,
         }
+
+
+def collect_evaluations(
+    replies: Iterable[Message], pending: dict[int, int], clients: QueryResult
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Per-client metrics of evaluate replies (sorted by partition) and the failures."""
+    per_client, failed = [], []
+    for msg in replies:
+        row = pending.get(int(msg.metadata.src_node_id))
+        if row is None:
+            continue
+        pid = clients.partition_ids[row]
+        try:
+            if msg.has_error():
+                raise ValueError(msg.error.reason)
+            m = msg.content.metric_records["metrics"]
+            acc, loss, n = float(m["accuracy"]), float(m["loss"]), int(m["num-examples"])
+            if not (math.isfinite(acc) and n > 0):
+                raise ValueError(f"bad metrics {dict(m)}")
+        except (KeyError, ValueError, TypeError) as err:
+            failed.append({"partition": pid, "reason": str(err)})
+            continue
+        per_client.append({"partition": pid, "accuracy": acc, "loss": loss, "num_examples": n})
+    per_client.sort(key=lambda c: c["partition"])
+    return per_client, failed
+
+
+def evaluate_on(
+    grid: Grid,
+    clients: QueryResult,
+    payloads: Sequence[ArrayRecord],
+    server_round: int,
+    timeout: float,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Send ``payloads[i]`` to client ``i`` for evaluation on its own test split."""
+    cfg = ConfigRecord({"server-round": server_round})
+    messages = [
+        Message(
+            RecordDict({"arrays": payload, "config": cfg}),
+            dst_node_id=nid,
+            message_type=MessageType.EVALUATE,
+        )
+        for nid, payload in zip(clients.node_ids, payloads, strict=True)
+    ]
+    pending = {int(nid): row for row, nid in enumerate(clients.node_ids)}
+    replies = send_and_receive(grid, messages, timeout)
+    per_client, failed = collect_evaluations(replies, pending, clients)
+    answered = {c["partition"] for c in per_client} | {f["partition"] for f in failed}
+    failed += [
+        {"partition": p, "reason": f"no reply within {timeout:g} s"}
+        for p in clients.partition_ids
+        if p not in answered
+    ]
+    return per_client, failed
+
+
+def best_by_loss(
+    grid: Grid,
+    clients: QueryResult,
+    models: Sequence[ArrayRecord],
+    server_round: int,
+    timeout: float,
+) -> dict[str, Any]:
+    """Each client scores every model; keep the lowest-loss one per client (a reference)."""
+    best: dict[int, dict[str, Any]] = {}
+    for m, model in enumerate(models):
+        per_client, _ = evaluate_on(grid, clients, [model] * len(clients), server_round, timeout)
+        for c in per_client:
+            if c["partition"] not in best or c["loss"] < best[c["partition"]]["loss"]:
+                best[c["partition"]] = {**c, "model": m}
+    chosen = [best[p] for p in sorted(best)]
+    return {
+        "accuracy": client_stats(
+            [c["accuracy"] for c in chosen], [c["num_examples"] for c in chosen]
+        ),
+        "per_client": chosen,
+        "models": len(models),
+    }
 
 
 def states_to_records(states: Sequence[dict[str, np.ndarray]]) -> list[ArrayRecord]:

@@ -16,7 +16,7 @@ from flwr.app import ArrayRecord
 from flwr.serverapp.strategy import FedAvg
 
 from ripple_flwr.config import RunSettings
-from ripple_flwr.strategies.common import Accepted, FederationRun
+from ripple_flwr.strategies.common import Accepted, FederationRun, QueryResult
 
 
 class FedAvgBaseline(FederationRun, FedAvg):
@@ -52,3 +52,7 @@ class FedAvgBaseline(FederationRun, FedAvg):
     def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
         """Every client evaluates the current global model."""
         return [arrays] * len(self.clients)
+
+    def onboard_payloads(self, new: QueryResult) -> list[ArrayRecord] | None:
+        """New clients get the final global model: FedAvg's zero-shot answer."""
+        return None if self.final_global is None else [self.final_global] * len(new)

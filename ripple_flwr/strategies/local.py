@@ -34,6 +34,10 @@ class LocalOnly(FederationRun, Strategy):
     def setup(self, clients: QueryResult) -> None:
         self.states = [self.initial_state] * len(clients)  # copy-on-write: replaced, never edited
 
+    def add_clients(self, joined: QueryResult) -> None:
+        super().add_clients(joined)
+        self.states += [self.initial_state] * len(joined)
+
     def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[ArrayRecord]:
         return states_to_records([self.states[int(r)] for r in rows])
 

@@ -14,6 +14,7 @@ from flwr.app import ArrayRecord
 from flwr.serverapp.strategy import Strategy
 
 from ripple_flwr.config import RunSettings
+from ripple_flwr.hdb import HDBResult, collapse_weights, refine_hdb
 from ripple_flwr.mixing import (
     apply_stacked_deltas,
     mix_models,
@@ -33,11 +34,15 @@ def stack_models(state: dict[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
 
 
 class RippleStrategy(FederationRun, Strategy):
-    """Ripple-Strat / Ripple-Unif over K cluster models (and the oracle-weights reference).
+    """Ripple-Strat / Ripple-Unif / Ripple-HDB over the cluster models (and the oracle reference).
 
     Client k receives ``theta_k = sum_c w_kc theta_c`` and returns its full
     trained weights; the server forms ``delta_k = returned - theta_k`` and moves
-    each cluster by eq. 9, so per-round traffic equals FedAvg's.
+    each cluster by eq. 9, so per-round traffic equals FedAvg's. With
+    ``refine = "hdb"`` the K components are first grouped into K_hat
+    meta-clusters by HDBSCAN over the clients' w (eq. 10-11), and K_hat cluster
+    models are trained on the collapsed weights; late joiners and new clients
+    are collapsed with the same component map.
 
     Parameters
     ----------
@@ -78,23 +83,47 @@ class RippleStrategy(FederationRun, Strategy):
         if router is not None and weights is None:
             self.summary_kind = router.needs
             self.summary_dim = router.input_dim
+        self.initial_state = initial_state
         self.stacked = stack_models(initial_state, self.k)
-        self.weights: np.ndarray | None = None  # (rows, K), rows = usable clients
+        self.raw_weights: np.ndarray | None = None  # (rows, K): the router's w, rows = clients
+        self.weights: np.ndarray | None = None  # (rows, models): what mixing and eq. 9 use
+        self.component_map: np.ndarray | None = None  # (K,) component -> model (Ripple-HDB)
+        self.hdb: HDBResult | None = None
+        self.new_weights: np.ndarray | None = None  # (new clients, K), after zero-shot onboarding
         self.routing: dict[str, Any] = {}
 
     # -- one-shot assignment ------------------------------------------------------------------
-    def setup(self, clients: QueryResult) -> None:
-        """Every w_k in one batched forward pass of the router (or pi* for the oracle)."""
+    @property
+    def num_models(self) -> int:
+        """Cluster models trained: K, or K_hat under Ripple-HDB."""
+        return int(next(iter(self.stacked.values())).shape[0])
+
+    def route(self, clients: QueryResult) -> np.ndarray:
+        """w (rows, K) of these clients: one batched router pass, or pi* for the oracle."""
         pids = np.asarray(clients.partition_ids, dtype=np.int64)
         if self.fixed_weights is not None:
             w = self.fixed_weights[pids]
-        else:
+        elif len(pids):
             w = np.asarray(self.router.route(clients.features), dtype=np.float64)
+        else:
+            w = np.zeros((0, self.k))
         if w.shape != (len(pids), self.k):
             raise ValueError(
                 f"router returned weights of shape {w.shape}, expected ({len(pids)}, {self.k})"
             )
-        self.weights = w
+        return w
+
+    def model_weights(self, w: np.ndarray) -> np.ndarray:
+        """Weights over the trained models: w itself, or collapsed by the HDB map."""
+        if self.component_map is None:
+            return w
+        return collapse_weights(w, self.component_map, self.num_models)
+
+    def setup(self, clients: QueryResult) -> None:
+        """Every w_k in one batched forward pass; under HDB, the meta-clusters from them."""
+        w = self.route(clients)
+        pids = np.asarray(clients.partition_ids, dtype=np.int64)
+        self.raw_weights = w
         if self.truth is not None:
             self.routing = routing_metrics(w, self.truth[pids])
             log.info(
@@ -103,8 +132,56 @@ class RippleStrategy(FederationRun, Strategy):
                 self.routing["ari"],
                 self.routing["ari_clients"],
             )
-        mass = w.sum(axis=0)
+        if self.settings.refine == "hdb":
+            self.refine(w, pids)
+        self.weights = self.model_weights(w)
+        mass = self.weights.sum(axis=0)
         log.info("cluster mass: %s", np.array2string(mass, precision=2))
+
+    def refine(self, w: np.ndarray, pids: np.ndarray) -> None:
+        """Ripple-HDB: HDBSCAN over sqrt-JS distances of w; K_hat models from the map."""
+        res = refine_hdb(w, min_cluster_size=self.settings.min_cluster_size)
+        self.hdb = res
+        for event in res.events:
+            log.warning("Ripple-HDB: %s", event)
+        if res.fell_back:
+            log.warning("Ripple-HDB found no cluster: training all K=%d cluster models", self.k)
+        else:
+            self.component_map = res.component_map
+            self.stacked = stack_models(self.initial_state, res.num_meta)
+        log.info(
+            "Ripple-HDB: K_hat=%d meta-clusters from K=%d components, map %s",
+            self.num_models,
+            self.k,
+            res.component_map.tolist(),
+        )
+        if self.truth is not None:
+            from sklearn.metrics import adjusted_rand_score
+
+            truth = self.truth[pids]
+            hard = truth.max(axis=1) >= 0.9
+            if int(hard.sum()) >= 2:
+                self.routing["hdb_ari"] = float(
+                    adjusted_rand_score(truth[hard].argmax(1), res.labels[hard])
+                )
+
+    def add_clients(self, joined: QueryResult) -> None:
+        """Late joiners: routed (and collapsed) like everyone, in one batched pass."""
+        w = self.route(joined)
+        self.raw_weights = np.concatenate([self.raw_weights, w])
+        self.weights = np.concatenate([self.weights, self.model_weights(w)])
+        super().add_clients(joined)
+
+    def onboard_payloads(self, new: QueryResult) -> list[ArrayRecord]:
+        """theta_new = sum_c w_new,c theta_c from one batched router pass (phase 4)."""
+        w = self.route(new)
+        states = unstack(mix_stacked(self.model_weights(w), self.stacked))
+        self.new_weights = w
+        return states_to_records(states)
+
+    def reference_models(self) -> list[ArrayRecord]:
+        """Each cluster model on its own (the best-by-loss reference)."""
+        return states_to_records(unstack(self.stacked))
 
     def sample_rows(self, server_round: int) -> np.ndarray:
         """Stratified: every cluster with mass gets a representative; else uniform."""
@@ -165,7 +242,17 @@ class RippleStrategy(FederationRun, Strategy):
         rec = super().run_record()
         rec["routing"] = {
             **self.routing,
-            "weights": self.weights,
+            "weights": self.raw_weights,
             "source": "oracle (pi*)" if self.fixed_weights is not None else self.router.name,
         }
+        if self.hdb is not None:
+            rec["hdb"] = {
+                **self.hdb.to_dict(),
+                "num_models": self.num_models,
+                "model_weights": self.weights,
+            }
+        if rec.get("zero_shot", {}).get("supported") and self.truth is not None:
+            pids = np.asarray(self.new_clients.partition_ids, dtype=np.int64)
+            rec["zero_shot"]["routing"] = routing_metrics(self.new_weights, self.truth[pids])
+            rec["zero_shot"]["weights"] = self.new_weights
         return rec

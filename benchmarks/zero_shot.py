@@ -1,0 +1,279 @@
+"""Zero-shot onboarding (the paper's Table 2 protocol) and rotated domain clusters: one JSON line.
+
+Part 1, new clients: for each alpha_train, train Ripple (Strat, Unif, HDB)
+and FedAvg on the same federation (Fashion-MNIST, 100 clients x 200,
+10 per round, the paper's CNN), then onboard held-out new clients drawn
+with Dir(alpha_test) from data no training client holds. Ripple's new
+clients get theta_new from one router pass (through ``ripple_flwr.onboarding``,
+the API ``onboard.py`` uses); FedAvg's get its global model; "best-by-loss"
+scores every Ripple cluster model on each new client and keeps the one with
+the lowest loss (the oracle advantage the paper gives its baselines).
+Ripple's in-run zero-shot score (the Flower path) is reported beside the
+offline one for the first alpha_test as a cross-check.
+
+Part 2, domain clusters: on ``rotated-*`` datasets with the rotation as the
+GMM-VAE's label (K = 4), the ARI of argmax w (and of HDB's meta-clusters)
+against the true rotation before any round, then Ripple vs FedAvg accuracy.
+
+    python benchmarks/zero_shot.py --checkpoint outputs/fashion_gmm_vae.pt
+
+The main keys: ``onboard_ms_per_client``, ``zero_shot_acc_ripple``,
+``zero_shot_acc_fedavg``, ``zero_shot_acc_best_by_loss`` (alpha_test = 1.0,
+mean over alpha_train) and ``ari_rotated`` (the lowest over the rotated sets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ripple_flwr.config import RunSettings  # noqa: E402
+from ripple_flwr.federation_cache import cached_federation  # noqa: E402
+from ripple_flwr.hdb import refine_hdb  # noqa: E402
+from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
+from ripple_flwr.local import evaluate_model  # noqa: E402
+from ripple_flwr.onboarding import Onboarder  # noqa: E402
+from ripple_flwr.results import client_stats  # noqa: E402
+from ripple_flwr.server import run_server  # noqa: E402
+
+METHODS = {
+    "ripple-strat": {"method": "ripple", "sampling": "stratified"},
+    "ripple-unif": {"method": "ripple", "sampling": "uniform"},
+    "ripple-hdb": {"method": "ripple", "sampling": "stratified", "refine": "hdb"},
+    "fedavg": {"method": "fedavg", "sampling": "uniform"},
+}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run(cfg: dict) -> dict:
+    return json.loads(run_server(InProcessGrid(cfg), cfg).read_text())
+
+
+def score(model, fed, pids) -> tuple[list[float], list[float], list[int]]:
+    """Accuracy, loss and test size of one model on each client's own test split."""
+    accs, losses, sizes = [], [], []
+    for pid in pids:
+        _, _, x, y = fed.client_data(pid)
+        stats = evaluate_model(model, x, y, device="cpu")
+        accs.append(stats["accuracy"])
+        losses.append(stats["loss"])
+        sizes.append(stats["num_examples"])
+    return accs, losses, sizes
+
+
+def weighted(accs, sizes) -> float:
+    return float(client_stats(accs, sizes)["weighted_mean"])
+
+
+def zero_shot_scores(saved_run: str, fed, pids: list[int], best_by_loss: bool) -> dict:
+    """Onboard each new client offline; score theta_new (and every cluster model)."""
+    onboarder = Onboarder.from_path(saved_run)
+    got = onboarder.onboard_many([fed.client_images(p) for p in pids])
+    accs, sizes = [], []
+    for pid, onb in zip(pids, got, strict=True):
+        a, _, n = score(onboarder.build_model(onb.state), fed, [pid])
+        accs += a
+        sizes += n
+    out = {"accuracy": weighted(accs, sizes)}
+    if best_by_loss:
+        per_model = [
+            score(onboarder.build_model(state), fed, pids)
+            for state in _unstacked(onboarder.run.cluster_states)
+        ]
+        losses = np.array([m[1] for m in per_model])  # (models, clients)
+        pick = losses.argmin(axis=0)
+        best = [per_model[m][0][i] for i, m in enumerate(pick)]
+        out["best_by_loss"] = weighted(best, sizes)
+        out["best_by_loss_models"] = pick.tolist()
+    return out
+
+
+def _unstacked(stacked: dict) -> list[dict]:
+    m = next(iter(stacked.values())).shape[0]
+    return [{k: v[i] for k, v in stacked.items()} for i in range(m)]
+
+
+def onboarding_speed(saved_run: str, fed, pids: list[int], repeats: int = 3) -> float:
+    """Milliseconds to onboard one client: embedding + router pass + mixing."""
+    onboarder = Onboarder.from_path(saved_run)
+    clients = [fed.client_images(p) for p in pids]
+    onboarder.onboard(clients[0])  # warm-up: scattering filters, first forward pass
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for images in clients:
+            onboarder.onboard(images)
+        best = min(best, (time.perf_counter() - t0) / len(clients))
+    return 1000.0 * best
+
+
+def table2(args, out: Path) -> dict:
+    base = {
+        "dataset": args.dataset,
+        "num-partitions": args.clients,
+        "partition-size": 200,
+        "clients-per-round": 10,
+        "num-server-rounds": args.rounds,
+        "eval-every": args.rounds,
+        "new-clients": args.new_clients,
+        "alpha-new": args.alphas_test[0],
+        "best-by-loss": False,  # scored offline below, for every alpha_test
+        "checkpoint": args.checkpoint,
+        "seed": args.seed,
+    }
+    report: dict = {}
+    saved_for_speed = None
+    for a_train in args.alphas_train:
+        runs = {}
+        for name in args.methods:
+            cfg = {**base, **METHODS[name], "alpha": a_train}
+            cfg["results-path"] = str(out / f"{name}-a{a_train}.json")
+            t0 = time.perf_counter()
+            res = run(cfg)
+            runs[name] = res
+            log(
+                f"alpha_train={a_train} {name}: trained acc {res['final_accuracy']:.4f}, "
+                f"in-run zero-shot {res['zero_shot_accuracy']}, K_hat {res.get('num_models')}, "
+                f"{time.perf_counter() - t0:.0f} s"
+            )
+        for a_test in args.alphas_test:
+            cfg = {**base, "alpha": a_train, "alpha-new": a_test}
+            fed = cached_federation(RunSettings.from_run_config(cfg))
+            pids = list(range(args.clients, args.clients + args.new_clients))
+            row: dict = {}
+            for name, res in runs.items():
+                scores = zero_shot_scores(res["saved_run"], fed, pids, name == "ripple-strat")
+                row[name] = scores["accuracy"]
+                if "best_by_loss" in scores:
+                    row["best-by-loss"] = scores["best_by_loss"]
+                if name == "ripple-hdb":
+                    row["hdb_k_hat"] = res["num_models"]
+                    row["hdb_events"] = res["hdb"]["events"]
+            if a_test == args.alphas_test[0]:
+                row["in_run"] = {n: r["zero_shot_accuracy"] for n, r in runs.items()}
+            row["trained_acc"] = {n: r["final_accuracy"] for n, r in runs.items()}
+            report[f"train{a_train}_test{a_test}"] = row
+            log(f"alpha_train={a_train} alpha_test={a_test}: {json.dumps(row)}")
+        if saved_for_speed is None and "ripple-strat" in runs:
+            saved_for_speed = (runs["ripple-strat"]["saved_run"], fed, pids)
+    speed = onboarding_speed(*saved_for_speed) if saved_for_speed else None
+    return {"table": report, "onboard_ms_per_client": speed}
+
+
+def rotated(args, out: Path) -> dict:
+    """ARI of the pre-training assignment on rotated data, and Ripple vs FedAvg there."""
+    report = {}
+    for name in args.rotated:
+        small = name.endswith("mnist-5k")
+        cfg = {
+            "dataset": name,
+            "label-kind": "domain",
+            "num-components": 4,
+            "num-partitions": 30 if small else 100,
+            "partition-size": 100 if small else 200,
+            "clients-per-round": 10,
+            "num-server-rounds": args.rotated_rounds,
+            "eval-every": args.rotated_rounds,
+            "pretrain-bank-size": args.rotated_bank,
+            "pretrain-steps": args.rotated_steps,
+            "seed": args.seed,
+        }
+        row = {}
+        for method in ("ripple-strat", "fedavg"):
+            c = {**cfg, **METHODS[method], "results-path": str(out / f"{name}-{method}.json")}
+            res = run(c)
+            row[f"acc_{method}"] = res["final_accuracy"]
+            if method == "ripple-strat":
+                routing = res["routing"]
+                row["ari_argmax_w"] = routing["ari"]
+                row["ari_clients"] = routing["ari_clients"]
+                row["routing_l1"] = routing["l1"]
+                w = np.asarray(routing["weights"])
+                truth = np.asarray(res["federation"]["true_mixtures"])[: len(w)]
+                hdb = refine_hdb(w)
+                hard = truth.max(axis=1) >= 0.9
+                from sklearn.metrics import adjusted_rand_score
+
+                row["ari_hdb"] = float(
+                    adjusted_rand_score(truth[hard].argmax(1), hdb.labels[hard])
+                )
+                row["hdb_k_hat"] = hdb.num_meta
+        report[name] = row
+        log(f"{name}: {json.dumps(row)}")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", default="fashion-mnist")
+    p.add_argument("--checkpoint", default="", help="GMM-VAE checkpoint for --dataset")
+    p.add_argument("--clients", type=int, default=100)
+    p.add_argument("--new-clients", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=100)
+    p.add_argument("--alphas-train", type=float, nargs="+", default=[0.01, 0.1])
+    p.add_argument("--alphas-test", type=float, nargs="+", default=[1.0, 100.0])
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument(
+        "--rotated", nargs="*", default=["rotated-mnist-5k", "rotated-fashion-mnist"]
+    )
+    p.add_argument("--rotated-rounds", type=int, default=30)
+    p.add_argument("--rotated-bank", type=int, default=2000, help="synthetic clients")
+    p.add_argument("--rotated-steps", type=int, default=1500, help="GMM-VAE steps")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="", help="folder for the per-run results files")
+    args = p.parse_args(argv)
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    import torch
+
+    torch.set_num_threads(1)
+    out = Path(args.out or tempfile.mkdtemp(prefix="ripple-zero-shot-"))
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    part1 = table2(args, out) if args.alphas_train else {"table": {}}
+    rot = rotated(args, out) if args.rotated else {}
+    first = args.alphas_test[0]
+    rows = [v for k, v in part1["table"].items() if k.endswith(f"_test{first}")]
+
+    def mean_of(key):
+        vals = [r[key] for r in rows if key in r]
+        return float(np.mean(vals)) if vals else None
+
+    aris = [r["ari_argmax_w"] for r in rot.values() if r.get("ari_argmax_w") is not None]
+    print(
+        json.dumps(
+            {
+                "dataset": args.dataset,
+                "rounds": args.rounds,
+                "alphas_train": args.alphas_train,
+                "alphas_test": args.alphas_test,
+                "onboard_ms_per_client": part1.get("onboard_ms_per_client"),
+                "zero_shot_acc_ripple": mean_of("ripple-strat"),
+                "zero_shot_acc_ripple_unif": mean_of("ripple-unif"),
+                "zero_shot_acc_ripple_hdb": mean_of("ripple-hdb"),
+                "zero_shot_acc_fedavg": mean_of("fedavg"),
+                "zero_shot_acc_best_by_loss": mean_of("best-by-loss"),
+                "ari_rotated": min(aris) if aris else None,
+                "table": part1["table"],
+                "rotated": rot,
+                "seconds": time.perf_counter() - t0,
+                "out": str(out),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
