@@ -7,11 +7,16 @@ prints ONE JSON line:
 - ``bytes_per_round_ratio_vs_fedavg``: (down + up) bytes per round, measured
   from the ArrayRecords of the messages of both runs (must be 1.000);
 - ``embedding_bytes_per_client``: the one-shot summary each client sends once;
-- ``round_wall_ratio_vs_fedavg``: server-side cost per round (the strategy's
-  own work in configure_train + aggregate_train: sampling, mixing, reply
-  validation, aggregation), median over rounds, Ripple / FedAvg;
-- the raw numbers behind them (and the full round wall times, which include
-  the in-process client training).
+- ``round_wall_ratio_vs_fedavg``: wall time of a whole round in simulation
+  (configure, client training, aggregation), median over rounds, Ripple /
+  FedAvg: what Ripple's server-side work (mixing K models per client, eq. 9)
+  costs a user per round;
+- ``server_seconds_ratio_vs_fedavg``: the server's own share alone (the
+  strategy's configure_train + aggregate_train: sampling, mixing,
+  serialising one model per client, reply validation, aggregation). FedAvg
+  sends one shared record and Ripple one per client, so this ratio is above
+  1 by construction; its absolute value (milliseconds) is what matters;
+- the raw numbers behind them.
 
     python benchmarks/federation.py [--rounds 10] [--cache-dir DIR]
 """
@@ -83,12 +88,12 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "bytes_per_round_ratio_vs_fedavg": round(bytes_r / bytes_f, 3),
                 "embedding_bytes_per_client": ripple["embedding_bytes_per_client"],
-                "round_wall_ratio_vs_fedavg": round(srv_r / srv_f, 3),
+                "round_wall_ratio_vs_fedavg": round(wall_r / wall_f, 3),
+                "server_seconds_ratio_vs_fedavg": round(srv_r / srv_f, 3),
                 "ripple_server_seconds_per_round": srv_r,
                 "fedavg_server_seconds_per_round": srv_f,
                 "ripple_round_wall_seconds": wall_r,
                 "fedavg_round_wall_seconds": wall_f,
-                "full_round_wall_ratio_vs_fedavg": round(wall_r / wall_f, 3),
                 "ripple_bytes_per_round": bytes_r,
                 "fedavg_bytes_per_round": bytes_f,
                 "model_bytes": ripple["model_bytes"],

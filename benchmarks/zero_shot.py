@@ -206,9 +206,7 @@ def rotated(args, out: Path) -> dict:
                 hard = truth.max(axis=1) >= 0.9
                 from sklearn.metrics import adjusted_rand_score
 
-                row["ari_hdb"] = float(
-                    adjusted_rand_score(truth[hard].argmax(1), hdb.labels[hard])
-                )
+                row["ari_hdb"] = float(adjusted_rand_score(truth[hard].argmax(1), hdb.labels[hard]))
                 row["hdb_k_hat"] = hdb.num_meta
         report[name] = row
         log(f"{name}: {json.dumps(row)}")
@@ -225,9 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--alphas-train", type=float, nargs="+", default=[0.01, 0.1])
     p.add_argument("--alphas-test", type=float, nargs="+", default=[1.0, 100.0])
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    p.add_argument(
-        "--rotated", nargs="*", default=["rotated-mnist-5k", "rotated-fashion-mnist"]
-    )
+    p.add_argument("--rotated", nargs="*", default=["rotated-mnist-5k", "rotated-fashion-mnist"])
     p.add_argument("--rotated-rounds", type=int, default=30)
     p.add_argument("--rotated-bank", type=int, default=2000, help="synthetic clients")
     p.add_argument("--rotated-steps", type=int, default=1500, help="GMM-VAE steps")

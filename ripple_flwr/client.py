@@ -33,6 +33,7 @@ from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
 from ripple_flwr.federation_cache import cached_federation
 from ripple_flwr.local import evaluate_model, train_local
 from ripple_flwr.models import build_model, get_state, set_state
+from ripple_flwr.records import record_to_state, state_to_record
 
 log = logging.getLogger("flwr.ripple")
 
@@ -40,17 +41,6 @@ SUMMARY_KINDS = ("embedding", "mean", "none")
 _EMBEDDERS: dict[tuple, SpectralEmbedder] = {}
 _MODELS: dict[tuple, torch.nn.Module] = {}
 _THREADS_SET: list[int] = []
-
-
-# -- records <-> numpy ---------------------------------------------------------------------
-def state_to_record(state: dict[str, np.ndarray]) -> ArrayRecord:
-    """A model state (numpy, in ``state_dict`` order) as an ArrayRecord (0-d tensors stay 0-d)."""
-    return ArrayRecord({k: Array(np.array(v, order="C", copy=None)) for k, v in state.items()})
-
-
-def record_to_state(record: ArrayRecord) -> dict[str, np.ndarray]:
-    """The numpy arrays of an ArrayRecord, in its key order."""
-    return {k: v.numpy() for k, v in record.items()}
 
 
 # -- per-process resources -----------------------------------------------------------------

@@ -230,3 +230,37 @@ def test_ripple_run_with_hdb_and_new_clients_end_to_end(tiny_checkpoint, cache_d
     first = record_to_state(sent[0].content.array_records["arrays"])
     for key, value in first.items():
         np.testing.assert_allclose(got.state[key], value, rtol=1e-5, atol=1e-6)
+
+
+def test_rotated_domains_are_found_before_round_one(tmp_path):
+    """Rotation as the GMM-VAE's label: argmax w recovers the 4 rotations (ARI = 1)."""
+    from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
+    from ripple_flwr.federation_cache import cached_federation
+    from ripple_flwr.results import routing_metrics
+    from ripple_flwr.server import resolve_checkpoint
+
+    settings = RunSettings.from_run_config(
+        {
+            "dataset": "rotated-mnist-5k",
+            "label-kind": "domain",
+            "num-components": 4,
+            "num-partitions": 30,
+            "partition-size": 100,
+            "pretrain-bank-size": 400,
+            "pretrain-steps": 200,
+            "cache-dir": str(tmp_path),
+        }
+    )
+    fed = cached_federation(settings)
+    ckpt, _ = resolve_checkpoint(settings, fed.dataset.image_shape)
+    embedder = SpectralEmbedder(
+        fed.dataset.image_shape, J=3, L=8, prototype=PrototypeSettings(settings.svd_rank, None)
+    )
+    phis = embedder.embed_many([fed.client_images(p) for p in range(30)])
+    w = ckpt.router("gmm-vae").route(phis)
+    metrics = routing_metrics(w, fed.mixtures)
+    assert metrics["ari_clients"] >= 8  # enough single-rotation clients to mean something
+    assert metrics["ari"] == pytest.approx(1.0)
+    # The four rotations are all present among those clients.
+    hard = fed.mixtures.max(axis=1) >= 0.9
+    assert len(set(fed.mixtures[hard].argmax(1))) == 4

@@ -30,9 +30,9 @@ from flwr.app import (
 )
 from flwr.serverapp import Grid
 
-from ripple_flwr.client import record_to_state, state_to_record
 from ripple_flwr.config import RunSettings
 from ripple_flwr.mixing import uniform_sample
+from ripple_flwr.records import record_to_state, state_to_record
 from ripple_flwr.results import array_nbytes, arrayrecord_nbytes, client_stats, message_nbytes
 
 log = logging.getLogger("flwr.ripple")
@@ -310,6 +310,13 @@ def validate_train_reply(
     state = record_to_state(record)
     state = {k: state[k] for k in reference}  # server's key order
     for key, value in state.items():
+        shape, dtype = reference[key]
+        # The Array's declared shape was checked above; its bytes may still say otherwise.
+        if value.shape != shape or value.dtype != dtype:
+            raise ValueError(
+                f"tensor {key!r} decodes to {value.dtype}{list(value.shape)}, "
+                f"expected {dtype}{list(shape)}"
+            )
         if np.issubdtype(value.dtype, np.inexact) and not np.all(np.isfinite(value)):
             raise ValueError(f"tensor {key!r} is not finite")
     metrics = content.metric_records.get("metrics")
