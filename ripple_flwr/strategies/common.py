@@ -136,10 +136,10 @@ def wait_for_nodes(
             raise NotEnoughClientsError(
                 f"only {len(nodes)} of the expected {expected} nodes connected within "
                 f"node-wait-timeout={timeout:g} s. In simulation, the number of SuperNodes "
-                f"must equal num-partitions: flwr run . --federation-config "
-                f"'num-supernodes={expected}' (or lower num-partitions); in deployment, "
-                f"start {expected} SuperNodes with --node-config 'partition-id=<i> "
-                f"num-partitions={expected}'."
+                f"must equal num-partitions + new-clients: flwr run . --federation-config "
+                f"'num-supernodes={allowed}' (or lower num-partitions); in deployment, "
+                f"start at least {expected} SuperNodes with --node-config 'partition-id=<i> "
+                f"num-partitions={allowed}'."
             )
         if now - last_hint >= hint_every:
             log.info("waiting for nodes: %d of %d connected", len(nodes), expected)
