@@ -57,7 +57,20 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+REUSE = False  # --reuse: read a finished run's results file instead of running it again
+
+
 def run(cfg: dict) -> dict:
+    """One in-process run (or, with --reuse, its results file when the settings match)."""
+    path = Path(cfg["results-path"])
+    if REUSE and path.is_file():
+        res = json.loads(path.read_text())
+        settings = res.get("settings", {})
+        same = all(str(settings.get(k)) == str(v) for k, v in cfg.items() if k != "results-path")
+        saved = res.get("saved_run")
+        if same and (saved is None or Path(saved).is_file()):
+            log(f"reusing {path}")
+            return res
     return json.loads(run_server(InProcessGrid(cfg), cfg).read_text())
 
 
@@ -220,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=100)
     p.add_argument("--new-clients", type=int, default=10)
     p.add_argument("--rounds", type=int, default=100)
-    p.add_argument("--alphas-train", type=float, nargs="+", default=[0.01, 0.1])
+    p.add_argument(
+        "--alphas-train", type=float, nargs="*", default=[0.01, 0.1], help="none: skip part 1"
+    )
     p.add_argument("--alphas-test", type=float, nargs="+", default=[1.0, 100.0])
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     p.add_argument("--rotated", nargs="*", default=["rotated-mnist-5k", "rotated-fashion-mnist"])
@@ -229,7 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rotated-steps", type=int, default=1500, help="GMM-VAE steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="", help="folder for the per-run results files")
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="reuse the results files in --out of runs with the same settings",
+    )
     args = p.parse_args(argv)
+    global REUSE
+    REUSE = args.reuse
     logging.getLogger("flwr").setLevel(logging.WARNING)
     import torch
 
