@@ -242,7 +242,9 @@ def apply_stacked_deltas(
         if d.shape != (len(w), *t.shape[1:]):
             raise ValueError(f"deltas of {key!r} have shape {d.shape}, expected ({len(w)}, ...)")
         step = coef.astype(t.dtype, copy=False) @ d.reshape(len(w), -1)
-        updated[key] = t + step.reshape(t.shape)
+        # Add into the product's own buffer: a fresh (K, P) array per tensor per round
+        # costs more in first-touch page faults than the addition itself.
+        updated[key] = np.add(t, step.reshape(t.shape), out=step.reshape(t.shape))
     return updated
 
 

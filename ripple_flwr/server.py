@@ -150,9 +150,27 @@ def save_for_onboarding(
     return path
 
 
+def avoid_hugepage_stalls() -> None:
+    """Stop numpy from asking for transparent huge pages for its large arrays.
+
+    The server allocates a few (K, P) arrays per round. numpy marks arrays of
+    4 MB and more MADV_HUGEPAGE; with the kernel's usual ``defrag=madvise``
+    each first touch may then compact memory synchronously, which in a
+    process fragmented by torch cost 20 ms per 12 MB array here (more than
+    the arithmetic). Same as ``NUMPY_MADVISE_HUGEPAGE=0``, which must be set
+    before numpy is imported and so cannot be set from a ServerApp.
+    """
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:  # pragma: no cover - numpy < 2
+        return
+    _set_madvise_hugepage(False)
+
+
 def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     """The whole ServerApp: validate, route, federate, evaluate, write results."""
     t_start = time.perf_counter()
+    avoid_hugepage_stalls()
     settings = RunSettings.from_run_config(run_config)
     log.info("Ripple run: %s", json.dumps(settings.to_dict()))
     results_path = Path(
