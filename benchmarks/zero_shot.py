@@ -42,7 +42,7 @@ from ripple_flwr.hdb import refine_hdb  # noqa: E402
 from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
 from ripple_flwr.local import evaluate_model  # noqa: E402
 from ripple_flwr.onboarding import Onboarder  # noqa: E402
-from ripple_flwr.results import client_stats  # noqa: E402
+from ripple_flwr.results import client_stats, hard_ari  # noqa: E402
 from ripple_flwr.server import run_server  # noqa: E402
 
 METHODS = {
@@ -214,12 +214,10 @@ def rotated(args, out: Path) -> dict:
                 row["ari_clients"] = routing["ari_clients"]
                 row["routing_l1"] = routing["l1"]
                 w = np.asarray(routing["weights"])
-                truth = np.asarray(res["federation"]["true_mixtures"])[: len(w)]
+                pids = res["clients"]["partition_ids"]
+                truth = np.asarray(res["federation"]["true_mixtures"])[pids]
                 hdb = refine_hdb(w)
-                hard = truth.max(axis=1) >= 0.9
-                from sklearn.metrics import adjusted_rand_score
-
-                row["ari_hdb"] = float(adjusted_rand_score(truth[hard].argmax(1), hdb.labels[hard]))
+                row["ari_hdb"], _ = hard_ari(truth, hdb.labels)
                 row["hdb_k_hat"] = hdb.num_meta
         report[name] = row
         log(f"{name}: {json.dumps(row)}")

@@ -63,6 +63,22 @@ def client_stats(accuracy: Iterable[float], num_examples: Iterable[int]) -> dict
     }
 
 
+def hard_ari(truth: np.ndarray, labels: np.ndarray, hard: float = 0.9) -> tuple[float | None, int]:
+    """ARI of cluster ``labels`` against argmax pi*, over the clients with max pi* >= ``hard``.
+
+    Returns ``(ari, number of such clients)``; the ARI is ``None`` when fewer
+    than two clients are hard.
+    """
+    from sklearn.metrics import adjusted_rand_score
+
+    pi = np.asarray(truth, dtype=np.float64)
+    labels = np.asarray(labels)
+    mask = pi.max(axis=1) >= hard if len(pi) else np.zeros(0, bool)
+    if int(mask.sum()) < 2:
+        return None, 0
+    return float(adjusted_rand_score(pi[mask].argmax(1), labels[mask])), int(mask.sum())
+
+
 def routing_metrics(weights: np.ndarray, truth: np.ndarray, hard: float = 0.9) -> dict[str, Any]:
     """Routing error mean_k ||w_k - pi*_k||_1 and, for near-one-hot clients, the ARI.
 
@@ -70,23 +86,17 @@ def routing_metrics(weights: np.ndarray, truth: np.ndarray, hard: float = 0.9) -
     clients whose largest true proportion is at least ``hard`` (hard
     clusters); ``None`` when fewer than two such clients exist.
     """
-    from sklearn.metrics import adjusted_rand_score
-
     w = np.asarray(weights, dtype=np.float64)
     pi = np.asarray(truth, dtype=np.float64)
     if w.shape != pi.shape:
         raise ValueError(f"weights {w.shape} and true mixtures {pi.shape} differ in shape")
-    out: dict[str, Any] = {
+    ari, n_hard = hard_ari(pi, w.argmax(axis=1) if len(w) else np.zeros(0, int), hard)
+    return {
         "l1": float(np.abs(w - pi).sum(axis=1).mean()) if len(w) else math.nan,
-        "ari": None,
-        "ari_clients": 0,
+        "ari": ari,
+        "ari_clients": n_hard,
         "ari_threshold": hard,
     }
-    mask = pi.max(axis=1) >= hard if len(pi) else np.zeros(0, bool)
-    if int(mask.sum()) >= 2:
-        out["ari"] = float(adjusted_rand_score(pi[mask].argmax(1), w[mask].argmax(1)))
-        out["ari_clients"] = int(mask.sum())
-    return out
 
 
 def tail_mean(values: list[float], last: int = 3) -> float:

@@ -22,7 +22,7 @@ from ripple_flwr.mixing import (
     stratified_sample,
     unstack,
 )
-from ripple_flwr.results import routing_metrics
+from ripple_flwr.results import hard_ari, routing_metrics
 from ripple_flwr.strategies.common import Accepted, FederationRun, QueryResult, states_to_records
 
 log = logging.getLogger("flwr.ripple")
@@ -156,14 +156,9 @@ class RippleStrategy(FederationRun, Strategy):
             res.component_map.tolist(),
         )
         if self.truth is not None:
-            from sklearn.metrics import adjusted_rand_score
-
-            truth = self.truth[pids]
-            hard = truth.max(axis=1) >= 0.9
-            if int(hard.sum()) >= 2:
-                self.routing["hdb_ari"] = float(
-                    adjusted_rand_score(truth[hard].argmax(1), res.labels[hard])
-                )
+            ari, _ = hard_ari(self.truth[pids], res.labels)
+            if ari is not None:
+                self.routing["hdb_ari"] = ari
 
     def add_clients(self, joined: QueryResult) -> None:
         """Late joiners: routed (and collapsed) like everyone, in one batched pass."""
