@@ -41,6 +41,7 @@ from ripple_flwr.federation_cache import cached_federation  # noqa: E402
 from ripple_flwr.hdb import refine_hdb  # noqa: E402
 from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
 from ripple_flwr.local import evaluate_model  # noqa: E402
+from ripple_flwr.mixing import unstack  # noqa: E402
 from ripple_flwr.onboarding import Onboarder  # noqa: E402
 from ripple_flwr.results import client_stats, hard_ari  # noqa: E402
 from ripple_flwr.server import run_server  # noqa: E402
@@ -103,7 +104,7 @@ def zero_shot_scores(saved_run: str, fed, pids: list[int], best_by_loss: bool) -
     if best_by_loss:
         per_model = [
             score(onboarder.build_model(state), fed, pids)
-            for state in _unstacked(onboarder.run.cluster_states)
+            for state in unstack(onboarder.run.cluster_states)
         ]
         losses = np.array([m[1] for m in per_model])  # (models, clients)
         pick = losses.argmin(axis=0)
@@ -111,11 +112,6 @@ def zero_shot_scores(saved_run: str, fed, pids: list[int], best_by_loss: bool) -
         out["best_by_loss"] = weighted(best, sizes)
         out["best_by_loss_models"] = pick.tolist()
     return out
-
-
-def _unstacked(stacked: dict) -> list[dict]:
-    m = next(iter(stacked.values())).shape[0]
-    return [{k: v[i] for k, v in stacked.items()} for i in range(m)]
 
 
 def onboarding_speed(saved_run: str, fed, pids: list[int], repeats: int = 3) -> float:

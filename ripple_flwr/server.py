@@ -18,7 +18,6 @@ import numpy as np
 import torch
 from flwr.serverapp import Grid
 
-from ripple_flwr.client import state_to_record
 from ripple_flwr.config import ConfigError, RunSettings
 from ripple_flwr.embedding import embedding_dim
 from ripple_flwr.federation_cache import cached_federation
@@ -30,6 +29,7 @@ from ripple_flwr.pretrain import (
     load_checkpoint,
     pretrain,
 )
+from ripple_flwr.records import record_to_state, state_to_record
 from ripple_flwr.results import default_results_path, tail_mean, write_results
 from ripple_flwr.strategies import FedAvgBaseline, LocalOnly, RippleStrategy
 from ripple_flwr.synthetic import BANK_FORMAT_VERSION
@@ -115,7 +115,6 @@ def save_for_onboarding(
     its global model (router ``none``). Oracle and local-only runs have no
     router a new client could use, so nothing is written for them.
     """
-    from ripple_flwr.client import record_to_state
     from ripple_flwr.onboarding import SavedRun, save_run
 
     common = {
@@ -129,8 +128,7 @@ def save_for_onboarding(
         run = SavedRun(
             cluster_states={k: np.asarray(v) for k, v in strategy.stacked.items()},
             router=settings.router,
-            router_checkpoint=str(ckpt),
-            router_sha256=hashlib.sha256(ckpt.read_bytes()).hexdigest(),
+            router_checkpoint=str(ckpt),  # save_run records its SHA-256
             component_map=strategy.component_map,
             **common,
         )
