@@ -650,19 +650,8 @@ class FederationRun(ABC):
         if not self.is_eval_round(server_round):
             return []
         payloads = self.eval_payloads(arrays)
-        cfg = ConfigRecord({"server-round": server_round})
-        self._eval_pending = {}
-        messages = []
-        for row, payload in enumerate(payloads):
-            nid = self.clients.node_ids[row]
-            self._eval_pending[nid] = row
-            messages.append(
-                Message(
-                    RecordDict({"arrays": payload, "config": cfg}),
-                    dst_node_id=nid,
-                    message_type=MessageType.EVALUATE,
-                )
-            )
+        messages = evaluate_messages(self.clients.node_ids, payloads, server_round)
+        self._eval_pending = {int(nid): row for row, nid in enumerate(self.clients.node_ids)}
         self._eval_current = {
             "round": server_round,
             "bytes_down": sum(arrayrecord_nbytes(p) for p in payloads),
@@ -826,6 +815,21 @@ def collect_evaluations(
     return per_client, failed
 
 
+def evaluate_messages(
+    node_ids: Sequence[int], payloads: Sequence[ArrayRecord], server_round: int
+) -> list[Message]:
+    """One evaluate message per node, carrying the model that node is scored with."""
+    cfg = ConfigRecord({"server-round": server_round})
+    return [
+        Message(
+            RecordDict({"arrays": payload, "config": cfg}),
+            dst_node_id=nid,
+            message_type=MessageType.EVALUATE,
+        )
+        for nid, payload in zip(node_ids, payloads, strict=True)
+    ]
+
+
 def evaluate_on(
     grid: Grid,
     clients: QueryResult,
@@ -834,15 +838,7 @@ def evaluate_on(
     timeout: float,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Send ``payloads[i]`` to client ``i`` for evaluation on its own test split."""
-    cfg = ConfigRecord({"server-round": server_round})
-    messages = [
-        Message(
-            RecordDict({"arrays": payload, "config": cfg}),
-            dst_node_id=nid,
-            message_type=MessageType.EVALUATE,
-        )
-        for nid, payload in zip(clients.node_ids, payloads, strict=True)
-    ]
+    messages = evaluate_messages(clients.node_ids, payloads, server_round)
     pending = {int(nid): row for row, nid in enumerate(clients.node_ids)}
     replies = send_and_receive(grid, messages, timeout)
     per_client, failed = collect_evaluations(replies, pending, clients)
