@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
-from ripple_flwr.results import tail_mean  # noqa: E402
+from ripple_flwr.results import finished_results, tail_mean  # noqa: E402
 from ripple_flwr.server import run_server  # noqa: E402
 
 METHODS = {
@@ -70,20 +70,6 @@ ORACLE_OF = {
     "ripple-unif-gmm-vae": "oracle-unif",
     "ripple-unif-mean-unmixing": "oracle-unif",
 }
-
-
-def previous_run(path: Path, cfg: dict) -> dict | None:
-    """A finished run's results when its file exists and was run with ``cfg``."""
-    if not path.exists():
-        return None
-    res = json.loads(path.read_text())
-    settings = res.get("settings", {})
-    same = all(
-        str(settings.get(k.replace("-", "_"), settings.get(k))) == str(v)
-        for k, v in cfg.items()
-        if k not in ("results-path", "checkpoint")
-    )
-    return res if same else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
                 "checkpoint": args.checkpoint,
                 "results-path": str(out / f"{name}-seed{seed}.json"),
             }
-            res = previous_run(Path(cfg["results-path"]), cfg) if args.reuse else None
+            res = None
+            if args.reuse:
+                res = finished_results(cfg["results-path"], cfg, ("results-path", "checkpoint"))
             if res is None:
                 res = json.loads(run_server(InProcessGrid(cfg), cfg).read_text())
             rounds, acc = curve(res)

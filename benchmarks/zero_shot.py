@@ -43,7 +43,7 @@ from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
 from ripple_flwr.local import evaluate_model  # noqa: E402
 from ripple_flwr.mixing import unstack  # noqa: E402
 from ripple_flwr.onboarding import Onboarder  # noqa: E402
-from ripple_flwr.results import client_stats, hard_ari  # noqa: E402
+from ripple_flwr.results import client_stats, finished_results, hard_ari  # noqa: E402
 from ripple_flwr.server import run_server  # noqa: E402
 
 METHODS = {
@@ -63,15 +63,10 @@ REUSE = False  # --reuse: read a finished run's results file instead of running 
 
 def run(cfg: dict) -> dict:
     """One in-process run (or, with --reuse, its results file when the settings match)."""
-    path = Path(cfg["results-path"])
-    if REUSE and path.is_file():
-        res = json.loads(path.read_text())
-        settings = res.get("settings", {})
-        same = all(str(settings.get(k)) == str(v) for k, v in cfg.items() if k != "results-path")
-        saved = res.get("saved_run")
-        if same and (saved is None or Path(saved).is_file()):
-            log(f"reusing {path}")
-            return res
+    res = finished_results(cfg["results-path"], cfg) if REUSE else None
+    if res is not None and (res.get("saved_run") is None or Path(res["saved_run"]).is_file()):
+        log(f"reusing {cfg['results-path']}")
+        return res
     return json.loads(run_server(InProcessGrid(cfg), cfg).read_text())
 
 

@@ -99,6 +99,23 @@ def routing_metrics(weights: np.ndarray, truth: np.ndarray, hard: float = 0.9) -
     }
 
 
+def finished_results(
+    path: str | Path, run_config: dict[str, Any], ignore: tuple[str, ...] = ("results-path",)
+) -> dict[str, Any] | None:
+    """A run's results file when it exists and was written by a run with ``run_config``.
+
+    Lets benchmarks pick up runs finished earlier (another session, another seed);
+    keys in ``ignore`` (paths) need not match.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return None
+    res = json.loads(path.read_text())
+    settings = res.get("settings", {})
+    same = all(str(settings.get(k)) == str(v) for k, v in run_config.items() if k not in ignore)
+    return res if same else None
+
+
 def tail_mean(values: list[float], last: int = 3) -> float:
     """Mean of the last few evaluations (single evaluations are noisy)."""
     vals = [v for v in values if v is not None and not math.isnan(v)]
