@@ -1,0 +1,186 @@
+"""Differential privacy for the one-shot embedding (the paper's stated future work).
+
+Why: the embedding Phi is the only thing a Ripple client ever sends about
+its data outside training, and it is sent in the clear. The Gaussian
+mechanism below makes that one release (epsilon, delta)-differentially
+private before it leaves the device; the server routes the noisy vector
+exactly as it routes a clean one (post-processing cannot weaken the
+guarantee).
+
+The guarantee, and what it assumes:
+
+- **Unit of privacy: the client's whole dataset.** The embedding is a
+  function of the whole local dataset (a spectral prototype, then the WST),
+  and one image can move the prototype's principal components arbitrarily,
+  so no per-image bound smaller than the clip is known. Clipping to L2 norm
+  ``clip`` bounds the distance between the released vectors of *any* two
+  datasets by ``2 * clip``, so the sensitivity is ``2 * clip`` under
+  replace-one-dataset adjacency (which implies replace-one-image).
+- **One release.** The client sends its embedding once per run. Sending it
+  again (another run, a late re-join) composes: k releases at (eps, delta)
+  each cost at most (k * eps, k * delta).
+- **The clip bound, the scale and the seed are not data-dependent.** They
+  must be fixed before the client looks at its data (e.g. chosen by the
+  server from its own auxiliary set); ``rng`` must be a fresh, secret
+  generator on the device (a seeded one is for tests and benchmarks only).
+- Floating-point caveats of the textbook Gaussian mechanism apply (no
+  discrete sampler).
+
+Space: the clipping and the noise act on the embedding the client sends
+(raw scattering coefficients), optionally divided feature-wise by a public
+``scale`` first and multiplied back afterwards (an ellipsoidal clip). The
+GMM-VAE applies signed log1p and a per-feature standardisation *inside* the
+model; both are post-processing of what is sent, so the guarantee holds for
+any scale, and the server needs no change. ``scale`` only decides how the
+noise is spread over features: isotropic noise in the raw space drowns the
+small second-order coefficients that the model's standardisation then
+blows up, a scale close to the features' spread spends the budget evenly.
+
+Calibration: the analytic Gaussian mechanism (Balle and Wang, ICML 2018,
+Theorem 8), the smallest sigma for which the privacy-loss bound holds
+exactly; valid for every epsilon > 0, unlike the classic
+sigma = sqrt(2 ln(1.25/delta)) * Delta / epsilon, which needs epsilon <= 1
+and is looser.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import log_ndtr
+
+__all__ = [
+    "analytic_gaussian_delta",
+    "check_dp_params",
+    "classic_gaussian_sigma",
+    "clip_l2",
+    "gaussian_sigma",
+    "privatize_embedding",
+]
+
+
+def check_dp_params(epsilon: float | None, delta: float, clip: float) -> None:
+    """Raise ValueError naming the bad setting (epsilon None or inf = no privacy)."""
+    if epsilon is not None:
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
+            raise ValueError(f"embedding-dp-epsilon must be a number, got {epsilon!r}")
+        if math.isnan(epsilon) or epsilon <= 0:
+            raise ValueError(
+                f"embedding-dp-epsilon must be > 0 (inf or none = no noise), got {epsilon!r}"
+            )
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
+        raise ValueError(
+            f"embedding-dp-delta must lie in (0, 1) (e.g. 1e-5, below 1 / number of "
+            f"clients), got {delta!r}"
+        )
+    if (
+        isinstance(clip, bool)
+        or not isinstance(clip, (int, float))
+        or not math.isfinite(clip)
+        or clip <= 0
+    ):
+        raise ValueError(f"embedding-dp-clip must be a finite L2 norm > 0, got {clip!r}")
+
+
+def analytic_gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
+    """The smallest delta for which N(0, sigma^2) noise is (epsilon, delta)-DP.
+
+    Balle and Wang (2018), Theorem 8: delta = Phi(a) - e^eps Phi(b) with
+    a = Delta/(2 sigma) - eps sigma/Delta and b = -Delta/(2 sigma) - eps sigma/Delta,
+    computed in log space so that large epsilon does not overflow.
+    """
+    if sigma <= 0:
+        return 1.0
+    r = sensitivity / sigma
+    a = r / 2 - epsilon / r
+    b = -r / 2 - epsilon / r
+    log_pa = float(log_ndtr(a))
+    log_ratio = epsilon + float(log_ndtr(b)) - log_pa
+    if log_ratio >= 0:  # only rounding can get here; the true difference is >= 0
+        return 0.0
+    return float(math.exp(log_pa) * -math.expm1(log_ratio))
+
+
+def classic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    """sigma = sqrt(2 ln(1.25/delta)) Delta / epsilon (Dwork and Roth, Thm A.1; eps <= 1)."""
+    check_dp_params(epsilon, delta, 1.0)
+    if epsilon > 1:
+        raise ValueError(
+            f"the classic Gaussian calibration holds only for epsilon <= 1, got {epsilon}; "
+            "use gaussian_sigma (analytic)"
+        )
+    return math.sqrt(2 * math.log(1.25 / delta)) * sensitivity / epsilon
+
+
+def gaussian_sigma(epsilon: float | None, delta: float, sensitivity: float) -> float:
+    """Noise std of the analytic Gaussian mechanism for one (epsilon, delta) release.
+
+    ``epsilon`` None or inf gives 0 (no noise). The bound is found by bisection
+    on log(sigma) to a relative precision of 1e-12; the returned sigma always
+    satisfies the bound (it is the upper end of the final bracket).
+    """
+    check_dp_params(epsilon, delta, 1.0)
+    if not math.isfinite(sensitivity) or sensitivity <= 0:
+        raise ValueError(f"sensitivity must be a finite number > 0, got {sensitivity!r}")
+    if epsilon is None or math.isinf(epsilon):
+        return 0.0
+    lo, hi = sensitivity * 1e-6, sensitivity
+    while analytic_gaussian_delta(hi, epsilon, sensitivity) > delta:
+        lo, hi = hi, hi * 2
+    while analytic_gaussian_delta(lo, epsilon, sensitivity) <= delta:
+        lo /= 2
+    while hi / lo > 1 + 1e-12:
+        mid = math.sqrt(lo * hi)
+        if analytic_gaussian_delta(mid, epsilon, sensitivity) <= delta:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def clip_l2(x: np.ndarray, clip: float) -> np.ndarray:
+    """``x`` scaled down to L2 norm ``clip`` if it is longer (float64 copy); rows if 2-D."""
+    check_dp_params(None, 0.5, clip)
+    arr = np.array(x, dtype=np.float64, copy=True)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("cannot clip an embedding that contains NaN or Inf")
+    norms = np.linalg.norm(arr, axis=-1, keepdims=True)
+    factor = np.minimum(1.0, clip / np.maximum(norms, np.finfo(np.float64).tiny))
+    return arr * factor
+
+
+def privatize_embedding(
+    embedding: np.ndarray,
+    epsilon: float | None,
+    delta: float,
+    clip: float,
+    rng: np.random.Generator,
+    *,
+    scale: np.ndarray | None = None,
+) -> np.ndarray:
+    """The client's embedding after the Gaussian mechanism, ready to send (float32).
+
+    ``embedding``: the (P,) vector the client would send (or (B, P), one
+    release per row). ``epsilon`` None or inf returns the embedding unchanged
+    (as float32). Otherwise: u = embedding / scale (scale = 1 if None), u is
+    clipped to L2 norm ``clip``, N(0, sigma^2 I) with sigma from
+    :func:`gaussian_sigma` at sensitivity ``2 * clip`` is added, and
+    ``u * scale`` is returned. ``scale`` must be public (not computed from
+    this client's data) and > 0 everywhere.
+    """
+    check_dp_params(epsilon, delta, clip)
+    x = np.asarray(embedding)
+    if x.ndim not in (1, 2) or x.shape[-1] == 0:
+        raise ValueError(f"embedding must have shape (P,) or (B, P), got {x.shape}")
+    if epsilon is None or math.isinf(epsilon):
+        return np.array(x, dtype=np.float32, copy=True)
+    s = np.ones(x.shape[-1]) if scale is None else np.asarray(scale, dtype=np.float64)
+    if s.shape != (x.shape[-1],) or not np.all(np.isfinite(s)) or np.any(s <= 0):
+        raise ValueError(f"scale must be ({x.shape[-1]},) finite values > 0, got shape {s.shape}")
+    u = clip_l2(x / s, clip)
+    sigma = gaussian_sigma(epsilon, delta, 2.0 * clip)
+    noisy = (u + rng.normal(0.0, sigma, size=u.shape)) * s
+    # float32 overflow would make the server reject the reply as non-finite.
+    big = float(np.finfo(np.float32).max)
+    return np.clip(noisy, -big, big).astype(np.float32)
