@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -32,8 +33,10 @@ from ripple_flwr.config import RunSettings, settings_from_context
 from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
 from ripple_flwr.federation_cache import cached_federation
 from ripple_flwr.local import evaluate_model, train_local
+from ripple_flwr.methods import get_method
 from ripple_flwr.models import build_model, get_state, set_state
 from ripple_flwr.records import record_to_state, state_to_record
+from ripple_flwr.training_rules import TRAINING_RULES
 
 log = logging.getLogger("flwr.ripple")
 
@@ -129,13 +132,21 @@ def train_client(
     momentum: float,
     epochs: int,
     batch_size: int,
+    config: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, float | int]]:
-    """E epochs of SGD on the client's train split from ``state``; the new full state."""
+    """E epochs of SGD on the client's train split from ``state``; the new full state.
+
+    The run's method names the training rule (its registry entry); the rule
+    reads what it needs (e.g. FedProx's ``proximal-mu``) from ``config``, the
+    training message's config.
+    """
     _limit_threads(settings)
     fed = cached_federation(settings)
     x, y, _, _ = fed.client_data(pid)
     model = _model_for(settings, fed.dataset.image_shape, fed.dataset.num_classes)
     set_state(model, state)
+    rule = TRAINING_RULES[get_method(settings.method).client_rule]
+    penalty = rule(model, config or {})
     seed = int(np.random.SeedSequence([settings.seed, server_round, pid]).generate_state(1)[0])
     stats = train_local(
         model,
@@ -147,6 +158,7 @@ def train_client(
         batch_size=batch_size,
         device=device(),
         seed=seed,
+        penalty=penalty,
     )
     return get_state(model), {
         "num-examples": int(stats["num_examples"]),
@@ -218,6 +230,7 @@ def handle_train(msg: Message, context: Context) -> Message:
         momentum=float(config.get("momentum", settings.momentum)),
         epochs=int(config.get("local-epochs", settings.local_epochs)),
         batch_size=int(config.get("batch-size", settings.batch_size)),
+        config=dict(config),
     )
     content = RecordDict({"arrays": state_to_record(new_state), "metrics": MetricRecord(metrics)})
     return Message(content, reply_to=msg)

@@ -15,15 +15,18 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 log = logging.getLogger("flwr.ripple")
 
-METHODS = ("ripple", "oracle", "fedavg", "local")
-SAMPLINGS = ("stratified", "uniform")
-ROUTERS = ("gmm-vae", "mean-unmixing")
-LABEL_KINDS = ("class", "domain")
-REFINES = ("none", "hdb")
+Sampling = Literal["stratified", "uniform"]
+Router = Literal["gmm-vae", "mean-unmixing"]
+LabelKind = Literal["class", "domain"]
+Refine = Literal["none", "hdb"]
+SAMPLINGS: tuple[str, ...] = get_args(Sampling)
+ROUTERS: tuple[str, ...] = get_args(Router)
+LABEL_KINDS: tuple[str, ...] = get_args(LabelKind)
+REFINES: tuple[str, ...] = get_args(Refine)
 
 # Image shapes of the registry's datasets, to reject a too-large J before loading data.
 _KNOWN_SHAPES = {
@@ -45,7 +48,7 @@ class RunSettings:
 
     Parameters
     ----------
-    method : ``ripple`` | ``oracle`` (w = pi*) | ``fedavg`` | ``local`` (each client alone).
+    method : a registered method (:data:`ripple_flwr.methods.METHODS`).
     sampling : ``stratified`` (Ripple-Strat) | ``uniform`` (Ripple-Unif).
     router : ``gmm-vae`` (WST embedding) | ``mean-unmixing`` (client mean image).
     num_partitions : training clients.
@@ -64,14 +67,17 @@ class RunSettings:
     results_path : JSON results file; empty = ``outputs/ripple-<method>-<seed>-<time>.json``.
     eval_every : evaluate personalised models every this many rounds (and after the last).
     client_threads : torch threads per client process (0 = torch's default).
+    proximal_mu : FedProx's mu (clients add mu/2 ||w - w_global||^2).
+    fedopt_eta, fedopt_beta1, fedopt_beta2, fedopt_tau : the server optimiser of
+        FedAdam / FedYogi / FedAdagrad (the paper: beta1 0.9, beta2 0.99, tau 1e-3).
     """
 
     method: str = "ripple"
-    sampling: str = "stratified"
-    router: str = "gmm-vae"
+    sampling: Sampling = "stratified"
+    router: Router = "gmm-vae"
     dataset: str = "mnist-5k"
     data_root: str = ""
-    label_kind: str = "class"
+    label_kind: LabelKind = "class"
     num_partitions: int = 20
     new_clients: int = 0
     alpha_new: float = 1.0
@@ -93,7 +99,12 @@ class RunSettings:
     momentum: float = 0.9
     batch_size: int = 32
     server_lr: float = 1.0
-    refine: str = "none"
+    proximal_mu: float = 0.01
+    fedopt_eta: float = 0.01
+    fedopt_beta1: float = 0.9
+    fedopt_beta2: float = 0.99
+    fedopt_tau: float = 1e-3
+    refine: Refine = "none"
     min_cluster_size: int = 3
     best_by_loss: bool = True
     eval_every: int = 5
@@ -119,7 +130,7 @@ class RunSettings:
         Unknown keys are refused (a typo would otherwise silently keep a default);
         ints are accepted where floats are expected, never the reverse.
         """
-        types = {f.name: f.type for f in fields(cls)}
+        types = {f.name: _scalar_type(f.name) for f in fields(cls)}
         values: dict[str, Any] = {}
         unknown = []
         for key, raw in run_config.items():
@@ -143,21 +154,23 @@ class RunSettings:
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the key and the allowed values."""
         from ripple_flwr.data import available_datasets
+        from ripple_flwr.methods import METHODS
         from ripple_flwr.models import available_models
 
         def choice(key: str, value: str, allowed) -> None:
             if value not in allowed:
                 raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
 
-        choice("method", self.method, METHODS)
+        choice("method", self.method, tuple(METHODS))
         choice("sampling", self.sampling, SAMPLINGS)
         choice("router", self.router, ROUTERS)
         choice("label-kind", self.label_kind, LABEL_KINDS)
         choice("refine", self.refine, REFINES)
-        if self.refine == "hdb" and self.method not in ("ripple", "oracle"):
+        if self.refine == "hdb" and not METHODS[self.method].routing_weights:
+            with_w = [m for m, spec in METHODS.items() if spec.routing_weights]
             raise ConfigError(
                 f"refine='hdb' clusters Ripple's routing weights; method={self.method!r} has "
-                "none. Use method='ripple' (or 'oracle'), or refine='none'."
+                f"none. Use method={' or '.join(repr(m) for m in with_w)}, or refine='none'."
             )
         choice("dataset", self.dataset.strip().lower(), available_datasets())
         choice("model", self.model, available_models())
@@ -212,6 +225,20 @@ class RunSettings:
             raise ConfigError(f"momentum must be in [0, 1), got {self.momentum}")
         if not self.server_lr > 0:
             raise ConfigError(f"server-lr must be > 0, got {self.server_lr}")
+        if not self.proximal_mu >= 0:
+            raise ConfigError(f"proximal-mu must be >= 0, got {self.proximal_mu}")
+        if not self.fedopt_eta > 0:
+            raise ConfigError(
+                f"fedopt-eta (server learning rate) must be > 0, got {self.fedopt_eta}"
+            )
+        for key, value in (
+            ("fedopt-beta1", self.fedopt_beta1),
+            ("fedopt-beta2", self.fedopt_beta2),
+        ):
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"{key} must be in [0, 1), got {value}")
+        if not self.fedopt_tau > 0:
+            raise ConfigError(f"fedopt-tau (adaptivity) must be > 0, got {self.fedopt_tau}")
         for key, value in (
             ("node-wait-timeout", self.node_wait_timeout),
             ("round-timeout", self.round_timeout),
@@ -252,7 +279,9 @@ class RunSettings:
     @property
     def summary_kind(self) -> str:
         """What a client sends in the one-shot round: ``embedding``, ``mean`` or ``none``."""
-        if self.method != "ripple":
+        from ripple_flwr.methods import METHODS
+
+        if not METHODS[self.method].needs_router:
             return "none"
         return "mean" if self.router == "mean-unmixing" else "embedding"
 
@@ -321,12 +350,15 @@ class RunSettings:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _coerce(key: str, raw: Any, annotation: Any) -> Any:
-    typ = {"str": str, "int": int, "float": float, "bool": bool}.get(
-        annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
-    )
-    if typ is None:  # pragma: no cover - all fields are scalars
-        return raw
+def _scalar_type(name: str) -> type:
+    """The scalar type of a field (a Literal of strings is a str; its values are checked later)."""
+    hint = get_type_hints(RunSettings)[name]
+    if get_origin(hint) is Literal:
+        return type(get_args(hint)[0])
+    return hint
+
+
+def _coerce(key: str, raw: Any, typ: type) -> Any:
     if typ is float and isinstance(raw, int | float) and not isinstance(raw, bool):
         return float(raw)
     if typ is int and isinstance(raw, float) and raw.is_integer():

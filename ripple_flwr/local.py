@@ -8,6 +8,8 @@ simulation with many clients per core.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import nn
@@ -78,8 +80,12 @@ def train_local(
     device: str = "cpu",
     seed: int = 0,
     weight_decay: float = 0.0,
+    penalty: Callable[[], torch.Tensor] | None = None,
 ) -> dict[str, float | int]:
     """Train ``model`` in place for ``epochs`` epochs of SGD with momentum on (x, y).
+
+    ``penalty`` (a method's training rule, e.g. FedProx's proximal term) is
+    added to every batch's loss; the reported loss is the data loss alone.
 
     A fresh optimiser each call (no momentum carried between rounds, as in
     FedAvg). Shuffling and dropout draw from RNGs seeded with ``seed`` inside
@@ -119,7 +125,8 @@ def train_local(
                 for idx in _batches(n, batch_size, order):
                     optimiser.zero_grad(set_to_none=True)
                     loss = F.cross_entropy(model(xt[idx]), yt[idx])
-                    loss.backward()
+                    objective = loss if penalty is None else loss + penalty()
+                    objective.backward()
                     optimiser.step()
                     total += loss.detach()
                     steps += 1

@@ -21,6 +21,7 @@ from flwr.serverapp import Grid
 from ripple_flwr.config import ConfigError, RunSettings
 from ripple_flwr.embedding import embedding_dim
 from ripple_flwr.federation_cache import cached_federation
+from ripple_flwr.methods import MethodInputs, get_method
 from ripple_flwr.models import build_model, get_state
 from ripple_flwr.pretrain import (
     CHECKPOINT_VERSION,
@@ -29,9 +30,9 @@ from ripple_flwr.pretrain import (
     load_checkpoint,
     pretrain,
 )
-from ripple_flwr.records import record_to_state, state_to_record
+from ripple_flwr.records import state_to_record
 from ripple_flwr.results import default_results_path, tail_mean, write_results
-from ripple_flwr.strategies import FedAvgBaseline, LocalOnly, RippleStrategy
+from ripple_flwr.strategies.zero_shot import onboard_new_clients
 from ripple_flwr.synthetic import BANK_FORMAT_VERSION
 
 log = logging.getLogger("flwr.ripple")
@@ -92,18 +93,9 @@ def initial_state(settings: RunSettings, image_shape, num_classes: int) -> dict[
 
 
 def build_strategy(settings: RunSettings, state, federation, router=None):
-    """The strategy of ``settings.method`` (router only for ``ripple``)."""
-    if settings.method == "ripple":
-        return RippleStrategy(settings, state, router=router, truth=federation.mixtures)
-    if settings.method == "oracle":
-        return RippleStrategy(
-            settings, state, weights=federation.mixtures, truth=federation.mixtures
-        )
-    if settings.method == "fedavg":
-        return FedAvgBaseline(settings, state)
-    if settings.method == "local":
-        return LocalOnly(settings, state)
-    raise ConfigError(f"unknown method {settings.method!r}")  # pragma: no cover
+    """The strategy of ``settings.method``, built by its registry entry."""
+    inputs = MethodInputs(settings, state, true_mixtures=federation.mixtures, router=router)
+    return get_method(settings.method).build(inputs)
 
 
 def save_for_onboarding(
@@ -111,36 +103,32 @@ def save_for_onboarding(
 ) -> Path | None:
     """Write what zero-shot onboarding outside the run needs (``onboard.py`` reads it).
 
-    Ripple: the cluster models, the router checkpoint and the HDB map; FedAvg:
-    its global model (router ``none``). Oracle and local-only runs have no
-    router a new client could use, so nothing is written for them.
+    What is written is the method's registry entry's ``exports``: the cluster
+    models with the router checkpoint and the HDB map, a global model (router
+    ``none``), or nothing (a method with no model a new client could use).
     """
     from ripple_flwr.onboarding import SavedRun, save_run
 
-    common = {
-        "model": settings.model,
-        "image_shape": tuple(int(v) for v in dataset.image_shape),
-        "num_classes": int(dataset.num_classes),
-        "settings": settings.to_dict(),
-    }
-    if settings.method == "ripple":
-        ckpt = Path(checkpoint_info["checkpoint"]).expanduser().resolve()
-        run = SavedRun(
-            cluster_states={k: np.asarray(v) for k, v in strategy.stacked.items()},
-            router=settings.router,
-            router_checkpoint=str(ckpt),  # save_run records its SHA-256
-            component_map=strategy.component_map,
-            **common,
-        )
-    elif settings.method == "fedavg" and strategy.final_global is not None:
-        state = record_to_state(strategy.final_global)
-        run = SavedRun(
-            cluster_states={k: np.asarray(v)[None] for k, v in state.items()},
-            router="none",
-            **common,
-        )
-    else:
+    exports = get_method(settings.method).exports
+    models = strategy.saved_models()
+    if exports == "none" or models is None:
         return None
+    router = {"router": "none"}
+    if exports == "clusters":
+        ckpt = Path(checkpoint_info["checkpoint"]).expanduser().resolve()
+        router = {
+            "router": settings.router,
+            "router_checkpoint": str(ckpt),  # save_run records its SHA-256
+            "component_map": strategy.component_map,
+        }
+    run = SavedRun(
+        cluster_states=models,
+        model=settings.model,
+        image_shape=tuple(int(v) for v in dataset.image_shape),
+        num_classes=int(dataset.num_classes),
+        settings=settings.to_dict(),
+        **router,
+    )
     path = save_run(path, run)
     log.info(
         "saved run for zero-shot onboarding: %s (python onboard.py %s --images ...)", path, path
@@ -184,7 +172,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
 
     t0 = time.perf_counter()
     router, checkpoint_info = None, None
-    if settings.method == "ripple":
+    if get_method(settings.method).needs_router:
         ckpt, checkpoint_info = resolve_checkpoint(settings, dataset.image_shape)
         router = ckpt.router(settings.router)
     pretrain_seconds = time.perf_counter() - t0
@@ -198,8 +186,9 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
         timeout=settings.round_timeout,
     )
     del result
+    zero_shot = onboard_new_clients(strategy, grid) if settings.new_clients else {}
 
-    record = strategy.run_record()
+    record = {**strategy.run_record(), "zero_shot": zero_shot}
     saved_run = save_for_onboarding(
         strategy, settings, dataset, results_path.with_suffix(".run.pt"), checkpoint_info
     )
@@ -229,8 +218,8 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
             for e in record["evaluations"]
         },
         "saved_run": None if saved_run is None else str(saved_run),
-        "num_models": getattr(strategy, "num_models", 1 if settings.method == "fedavg" else None),
-        "zero_shot_accuracy": (record["zero_shot"].get("accuracy") or {}).get("weighted_mean"),
+        "num_models": strategy.num_models,
+        "zero_shot_accuracy": (zero_shot.get("accuracy") or {}).get("weighted_mean"),
         "train_loss_per_round": {str(r["round"]): r["train_loss"] for r in record["rounds"]},
         "bytes_per_round": {
             str(r["round"]): {"down": r["bytes_down"], "up": r["bytes_up"]}

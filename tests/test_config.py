@@ -35,7 +35,7 @@ def test_parse_types_and_derived_values():
     ("override", "message"),
     [
         ({"dataset": "imagenet"}, "dataset='imagenet' is not one of"),
-        ({"method": "fedprox"}, "method='fedprox' is not one of"),
+        ({"method": "fedsomething"}, "method='fedsomething' is not one of"),
         ({"sampling": "random"}, "sampling"),
         ({"router": "knn"}, "router"),
         ({"model": "vgg"}, "model"),

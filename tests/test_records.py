@@ -8,7 +8,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 
 from ripple_flwr.inprocess import ensure_task_identity
 from ripple_flwr.records import from_array, record_to_state, state_to_record, to_array
-from ripple_flwr.strategies.common import state_reference, validate_train_reply
+from ripple_flwr.strategies.replies import state_reference, validate_train_reply
 
 CASES = [
     np.arange(12, dtype=np.float32).reshape(3, 4),

@@ -16,12 +16,13 @@ from ripple_flwr.mixing import mix_models
 from ripple_flwr.pretrain import load_checkpoint
 from ripple_flwr.server import build_strategy, initial_state, run_server
 from ripple_flwr.strategies import (
-    FedAvgBaseline,
+    FedAvgMethod,
     LocalOnly,
     NotEnoughClientsError,
     RippleStrategy,
 )
-from ripple_flwr.strategies.common import wait_for_nodes
+from ripple_flwr.strategies.admission import wait_for_nodes
+from ripple_flwr.strategies.base import client_train_config
 
 
 # -- a hand-built client: exact arithmetic, no data ---------------------------------------------
@@ -96,10 +97,10 @@ def test_aggregation_equals_eq9_on_a_hand_built_case():
     np.testing.assert_array_equal(strategy.stacked["n"], [0, 0])  # counters never averaged
     # Per-round bytes equal FedAvg's: one model down and one up per sampled client.
     model_bytes = sum(v.nbytes for v in TOY_STATE.values())
-    rnd = strategy.history["rounds"][0]
-    assert rnd["bytes_down"] == rnd["bytes_up"] == 4 * model_bytes
+    rnd = strategy.ledger.rounds[0]
+    assert rnd.bytes_down == rnd.bytes_up == 4 * model_bytes
     # Evaluation: sample-weighted mean of the toy accuracies pid / 10.
-    acc = strategy.history["evaluations"][0]["accuracy"]
+    acc = strategy.ledger.evaluations[0].accuracy
     assert acc["weighted_mean"] == pytest.approx(0.15)
 
 
@@ -130,7 +131,8 @@ def test_training_messages_carry_the_w_mix(tiny_checkpoint, cache_dir):
         k: (v + rng.normal(size=v.shape).astype(v.dtype) if v.dtype.kind == "f" else v)
         for k, v in strategy.stacked.items()
     }
-    messages = list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid))
+    cfg_record = client_train_config(settings)  # what start() hands Flower's loop
+    messages = list(strategy.configure_train(1, ArrayRecord(), cfg_record, grid))
     assert len(messages) == 3
     for msg in messages:
         row = strategy.clients.node_ids.index(msg.metadata.dst_node_id)
@@ -140,6 +142,7 @@ def test_training_messages_carry_the_w_mix(tiny_checkpoint, cache_dir):
         for key in expected:
             np.testing.assert_allclose(got[key], expected[key], rtol=1e-6, atol=1e-6)
         assert msg.content.config_records["config"]["lr"] == settings.lr
+        assert msg.content.config_records["config"]["server-round"] == 1
 
 
 def test_stratified_sampling_covers_every_cluster():
@@ -148,7 +151,7 @@ def test_stratified_sampling_covers_every_cluster():
     weights[np.arange(n), np.arange(n) % k] = 0.94
     settings = RunSettings(num_partitions=n, clients_per_round=k, num_components=k)
     strategy = RippleStrategy(settings, TOY_STATE, weights=weights)
-    strategy.clients = _fake_clients(n)
+    strategy.roster.clients = _fake_clients(n)
     strategy.setup(strategy.clients)
     for rnd in range(20):
         rows = strategy.sample_rows(rnd)
@@ -160,7 +163,7 @@ def test_stratified_sampling_covers_every_cluster():
         TOY_STATE,
         weights=weights,
     )
-    uni.clients = _fake_clients(n)
+    uni.roster.clients = _fake_clients(n)
     uni.setup(uni.clients)
     covered = [len(set(weights[uni.sample_rows(r)].argmax(1))) for r in range(20)]
     assert min(covered) < k
@@ -292,8 +295,8 @@ def test_bad_training_replies_are_dropped(kind, caplog):
         strategy.start(grid, state_to_record(TOY_STATE), num_rounds=1)
     expected = eq9({"w": np.stack([TOY_STATE["w"]] * 2)}, [0, 1, 3], 0.5)
     np.testing.assert_allclose(strategy.stacked["w"], expected, rtol=1e-6)
-    rnd = strategy.history["rounds"][0]
-    assert rnd["received"] == 3 and [d["partition"] for d in rnd["dropped"]] == [2]
+    rnd = strategy.ledger.rounds[0]
+    assert rnd.received == 3 and [d.partition for d in rnd.dropped] == [2]
     assert "partition 2" in caplog.text
 
 
@@ -302,7 +305,7 @@ def test_all_replies_bad_leaves_cluster_models_unchanged():
     _, strategy, grid, _ = toy_run(faults=faults)
     strategy.start(grid, state_to_record(TOY_STATE), num_rounds=1)
     np.testing.assert_array_equal(strategy.stacked["w"], np.stack([TOY_STATE["w"]] * 2))
-    assert math.isnan(strategy.history["rounds"][0]["train_loss"])
+    assert math.isnan(strategy.ledger.rounds[0].train_loss)
 
 
 def test_fewer_nodes_than_expected_is_a_clear_error_not_a_hang():
@@ -393,7 +396,7 @@ def test_fedavg_is_flowers_weighted_average():
         {"method": "fedavg", "num-partitions": 4, "clients-per-round": 4, "num-components": 2}
     )
     grid = FakeGrid({"num-partitions": 4}, app=ToyClients())
-    strategy = FedAvgBaseline(settings, TOY_STATE)
+    strategy = FedAvgMethod(settings, TOY_STATE)
     result = strategy.start(grid, state_to_record(TOY_STATE), num_rounds=1)
     n = np.array([10, 11, 12, 13], dtype=np.float64)
     mean_delta = sum(n[p] * delta_of(p)["w"] for p in range(4)) / n.sum()

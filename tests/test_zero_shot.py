@@ -13,7 +13,8 @@ from ripple_flwr.client import record_to_state, state_to_record
 from ripple_flwr.config import ConfigError, RunSettings
 from ripple_flwr.hdb import collapse_weights
 from ripple_flwr.mixing import mix_models
-from ripple_flwr.strategies import FedAvgBaseline, RippleStrategy
+from ripple_flwr.strategies import FedAvgMethod, RippleStrategy
+from ripple_flwr.strategies.zero_shot import onboard_new_clients
 
 STATE = {"w": np.array([1.0, 2.0, 3.0], dtype=np.float32), "n": np.array(0, dtype=np.int64)}
 
@@ -78,30 +79,31 @@ def test_late_joiner_is_assigned_at_the_next_round_without_disturbing_others():
     strategy, grid, clients = toy(rounds=3)
     strategy.start(grid, state_to_record(STATE), num_rounds=3)
     # Training started with the 3 training nodes present (plus the new client).
-    first = strategy.history["rounds"][0]["sampled"]
+    first = strategy.ledger.rounds[0].sampled
     assert 3 not in first
     # pid 3 was queried once, right before round 2, and is a training client from then on.
     assert clients.count("query", 3) == 1
-    assert strategy.joined[0]["round"] == 2 and strategy.joined[0]["partitions"] == [3]
+    assert strategy.roster.joined[0]["round"] == 2 and strategy.roster.joined[0]["partitions"] == [3]
     assert strategy.clients.partition_ids == [0, 1, 2, 3]
     np.testing.assert_array_equal(strategy.weights[3], W[3])
     # Everyone else got exactly one query message in the whole run: the join cost them nothing.
     assert all(clients.count("query", p) == 1 for p in range(5))
     # It is evaluated with its own mix from round 2 on (3 clients before, 4 after).
-    assert [len(e["clients"]) for e in strategy.history["evaluations"]] == [3, 4, 4]
-    assert clients.count("train", 3) == sum(3 in r["sampled"] for r in strategy.history["rounds"])
+    assert [len(e.clients) for e in strategy.ledger.evaluations] == [3, 4, 4]
+    assert clients.count("train", 3) == sum(3 in r.sampled for r in strategy.ledger.rounds)
 
 
 def test_new_client_never_trains_and_gets_its_w_mix_once():
     strategy, grid, clients = toy(best_by_loss=False)
     strategy.start(grid, state_to_record(STATE), num_rounds=3)
+    assert clients.count("evaluate", 4) == 0  # onboarding comes after training, not in start()
+    rec = onboard_new_clients(strategy, grid)
     assert strategy.new_clients.partition_ids == [4]
     assert clients.count("train", 4) == 0
     # Evaluated exactly once, after training, with theta_new = sum_c w_new,c theta_c.
     (got,) = clients.received[("evaluate", 4)]
     expected = mix_models(W[4:5], strategy.stacked)[0]
     np.testing.assert_allclose(got["w"], expected["w"], rtol=1e-6)
-    rec = strategy.zero_shot_record
     assert rec["clients"] == 1 and rec["accuracy"]["weighted_mean"] == pytest.approx(0.4)
     assert "best_by_loss" not in rec
     assert rec["onboard_ms_per_client"] >= 0
@@ -110,9 +112,9 @@ def test_new_client_never_trains_and_gets_its_w_mix_once():
 def test_best_by_loss_scores_every_cluster_model_and_keeps_the_lowest_loss():
     strategy, grid, clients = toy(best_by_loss=True)
     strategy.start(grid, state_to_record(STATE), num_rounds=3)
+    best = onboard_new_clients(strategy, grid)["best_by_loss"]
     # One zero-shot model plus the two cluster models.
     assert clients.count("evaluate", 4) == 3
-    best = strategy.zero_shot_record["best_by_loss"]
     losses = [abs(strategy.stacked["w"][m][0] - 40) for m in range(2)]
     assert best["per_client"][0]["model"] == int(np.argmin(losses))
 
@@ -128,8 +130,10 @@ def test_fedavg_onboards_new_clients_with_its_global_model():
     }
     settings = RunSettings.from_run_config(cfg)
     clients = Clients(total=5)
-    strategy = FedAvgBaseline(settings, STATE)
-    result = strategy.start(FakeGrid(cfg, app=clients), state_to_record(STATE), num_rounds=2)
+    strategy = FedAvgMethod(settings, STATE)
+    grid = FakeGrid(cfg, app=clients)
+    result = strategy.start(grid, state_to_record(STATE), num_rounds=2)
+    onboard_new_clients(strategy, grid)
     (got,) = clients.received[("evaluate", 4)]
     np.testing.assert_array_equal(got["w"], result.arrays["w"].numpy())
     assert clients.count("train", 4) == 0

@@ -12,10 +12,12 @@ from flwr.app import ArrayRecord
 from flwr.serverapp.strategy import Strategy
 
 from ripple_flwr.config import RunSettings
-from ripple_flwr.strategies.common import Accepted, FederationRun, QueryResult, states_to_records
+from ripple_flwr.strategies.admission import QueryResult
+from ripple_flwr.strategies.base import ServerModels, states_to_records
+from ripple_flwr.strategies.replies import Accepted
 
 
-class LocalOnly(FederationRun, Strategy):
+class LocalOnly(ServerModels, Strategy):
     """One model per client, never shared; all start from the same initialisation.
 
     Parameters
@@ -27,7 +29,7 @@ class LocalOnly(FederationRun, Strategy):
     """
 
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
-        self._init_run(settings, initial_state)
+        self._init_app(settings, initial_state)
         self.initial_state = {k: np.array(v) for k, v in initial_state.items()}
         self.states: list[dict[str, np.ndarray]] = []
 
@@ -48,3 +50,8 @@ class LocalOnly(FederationRun, Strategy):
 
     def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
         return states_to_records(self.states)
+
+    @property
+    def num_models(self) -> int:
+        """One model per client."""
+        return len(self.states)

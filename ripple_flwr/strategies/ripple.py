@@ -23,7 +23,9 @@ from ripple_flwr.mixing import (
     unstack,
 )
 from ripple_flwr.results import hard_ari, routing_metrics
-from ripple_flwr.strategies.common import Accepted, FederationRun, QueryResult, states_to_records
+from ripple_flwr.strategies.admission import QueryResult
+from ripple_flwr.strategies.base import ServerModels, states_to_records
+from ripple_flwr.strategies.replies import Accepted
 
 log = logging.getLogger("flwr.ripple")
 
@@ -33,7 +35,7 @@ def stack_models(state: dict[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
     return {key: np.repeat(np.asarray(v)[None], k, axis=0) for key, v in state.items()}
 
 
-class RippleStrategy(FederationRun, Strategy):
+class RippleStrategy(ServerModels, Strategy):
     """Ripple-Strat / Ripple-Unif / Ripple-HDB over the cluster models (and the oracle reference).
 
     Client k receives ``theta_k = sum_c w_kc theta_c`` and returns its full
@@ -74,7 +76,7 @@ class RippleStrategy(FederationRun, Strategy):
     ) -> None:
         if router is None and weights is None:
             raise ValueError("RippleStrategy needs a router or fixed weights (the oracle)")
-        self._init_run(settings, initial_state)
+        self._init_app(settings, initial_state)
         self.k = settings.num_components
         self.router = router
         self.fixed_weights = None if weights is None else np.asarray(weights, dtype=np.float64)
@@ -233,6 +235,20 @@ class RippleStrategy(FederationRun, Strategy):
         """The K cluster models, stacked on a leading axis, as one ArrayRecord."""
         return states_to_records([self.stacked])[0]
 
+    def saved_models(self) -> dict[str, np.ndarray]:
+        """The trained cluster models (K, or K_hat under Ripple-HDB), stacked."""
+        return {k: np.asarray(v) for k, v in self.stacked.items()}
+
+    def zero_shot_extras(self) -> dict[str, Any]:
+        """The new clients' routing weights and their error against pi*."""
+        if self.new_weights is None:
+            return {}
+        extras: dict[str, Any] = {"weights": self.new_weights}
+        if self.truth is not None:
+            pids = np.asarray(self.new_clients.partition_ids, dtype=np.int64)
+            extras["routing"] = routing_metrics(self.new_weights, self.truth[pids])
+        return extras
+
     def run_record(self) -> dict[str, Any]:
         rec = super().run_record()
         rec["routing"] = {
@@ -246,8 +262,4 @@ class RippleStrategy(FederationRun, Strategy):
                 "num_models": self.num_models,
                 "model_weights": self.weights,
             }
-        if rec.get("zero_shot", {}).get("supported") and self.truth is not None:
-            pids = np.asarray(self.new_clients.partition_ids, dtype=np.int64)
-            rec["zero_shot"]["routing"] = routing_metrics(self.new_weights, self.truth[pids])
-            rec["zero_shot"]["weights"] = self.new_weights
         return rec

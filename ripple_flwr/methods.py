@@ -1,0 +1,216 @@
+"""The registry of federated methods: one entry per method, the only place that names them.
+
+Config validation, the ServerApp, the ClientApp, the benchmarks and the
+README's method list all read :data:`METHODS`. An entry says how to build the
+method's strategy, whether it needs the router (and so the one-shot
+summaries), how many models the server holds, what a saved run exports for
+zero-shot onboarding outside the run, and which client-side training rule
+its clients apply (:mod:`ripple_flwr.training_rules`).
+
+Adding a method: one strategy file under ``ripple_flwr/strategies/`` and one
+:func:`register` call below (plus its tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+import numpy as np
+
+from ripple_flwr.training_rules import TRAINING_RULES
+
+if TYPE_CHECKING:
+    from ripple_flwr.config import RunSettings
+
+ModelCount = Literal["clusters", "one", "per-client"]
+Export = Literal["clusters", "global", "none"]
+
+
+@dataclass(frozen=True)
+class MethodInputs:
+    """What building a strategy may use: settings, initial model, pi* and the router."""
+
+    settings: RunSettings
+    initial_state: dict[str, np.ndarray]
+    true_mixtures: np.ndarray | None = None
+    router: Any = None
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One federated method.
+
+    Parameters
+    ----------
+    name : the ``method`` run-config value.
+    summary : one line for the README and ``--help``.
+    build : MethodInputs -> the strategy (an ``AppStrategy`` + Flower ``Strategy``).
+    models : how many models the server holds: ``clusters`` (K, or K_hat),
+        ``one`` (a global model) or ``per-client``.
+    exports : what a saved run keeps for onboarding outside the run:
+        ``clusters`` (with the router), ``global`` or ``none``.
+    client_rule : the key of the clients' training rule in ``TRAINING_RULES``.
+    needs_router : the server loads or pre-trains the GMM-VAE and clients send
+        their summary in the one-shot round.
+    routing_weights : the method has per-client weights w that Ripple-HDB can refine.
+    """
+
+    name: str
+    summary: str
+    build: Callable[[MethodInputs], Any]
+    models: ModelCount
+    exports: Export
+    client_rule: str = "sgd"
+    needs_router: bool = False
+    routing_weights: bool = False
+
+    def check(self) -> None:
+        """Refuse an incomplete or inconsistent entry, naming what is wrong."""
+        if not self.name or self.name != self.name.strip().lower() or " " in self.name:
+            raise ValueError(f"method name {self.name!r} must be a lower-case word")
+        if not self.summary.strip():
+            raise ValueError(f"method {self.name!r} has no summary")
+        if not callable(self.build):
+            raise ValueError(f"method {self.name!r}: build must be callable")
+        if self.models not in get_args(ModelCount):
+            raise ValueError(f"method {self.name!r}: models={self.models!r} not in {ModelCount}")
+        if self.exports not in get_args(Export):
+            raise ValueError(f"method {self.name!r}: exports={self.exports!r} not in {Export}")
+        if self.client_rule not in TRAINING_RULES:
+            raise ValueError(
+                f"method {self.name!r}: client_rule={self.client_rule!r} is not one of "
+                f"{', '.join(TRAINING_RULES)}"
+            )
+        if self.exports == "clusters" and not self.needs_router:
+            raise ValueError(f"method {self.name!r} exports clusters but has no router")
+
+
+METHODS: dict[str, MethodSpec] = {}
+
+
+def register(spec: MethodSpec) -> MethodSpec:
+    """Add ``spec`` to the registry; a duplicate name or an incomplete entry is an error."""
+    spec.check()
+    if spec.name in METHODS:
+        raise ValueError(f"method {spec.name!r} is registered already")
+    METHODS[spec.name] = spec
+    return spec
+
+
+def method_names() -> tuple[str, ...]:
+    """Every registered method, in registration order."""
+    return tuple(METHODS)
+
+
+def get_method(name: str) -> MethodSpec:
+    """The entry of ``name``, or a ``KeyError`` listing the registered methods."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise KeyError(f"unknown method {name!r}; registered: {', '.join(METHODS)}") from None
+
+
+# -- the entries ---------------------------------------------------------------------------------
+def _ripple(inp: MethodInputs):
+    from ripple_flwr.strategies.ripple import RippleStrategy
+
+    return RippleStrategy(
+        inp.settings, inp.initial_state, router=inp.router, truth=inp.true_mixtures
+    )
+
+
+def _oracle(inp: MethodInputs):
+    from ripple_flwr.strategies.ripple import RippleStrategy
+
+    return RippleStrategy(
+        inp.settings, inp.initial_state, weights=inp.true_mixtures, truth=inp.true_mixtures
+    )
+
+
+def _strategy_class(module: str, cls: str) -> Callable[[MethodInputs], Any]:
+    def build(inp: MethodInputs):
+        import importlib
+
+        return getattr(importlib.import_module(module), cls)(inp.settings, inp.initial_state)
+
+    return build
+
+
+register(
+    MethodSpec(
+        "ripple",
+        "Ripple: K cluster models, one-shot GMM-VAE routing, w-mix down, eq. 9 up",
+        _ripple,
+        models="clusters",
+        exports="clusters",
+        needs_router=True,
+        routing_weights=True,
+    )
+)
+register(
+    MethodSpec(
+        "oracle",
+        "Ripple with w = pi* (the true mixtures): perfect-routing reference",
+        _oracle,
+        models="clusters",
+        exports="none",
+        routing_weights=True,
+    )
+)
+register(
+    MethodSpec(
+        "fedavg",
+        "FedAvg, Flower's class: one global model",
+        _strategy_class("ripple_flwr.strategies.fedavg", "FedAvgMethod"),
+        models="one",
+        exports="global",
+    )
+)
+register(
+    MethodSpec(
+        "fedprox",
+        "FedProx, Flower's class: FedAvg plus mu/2 ||w - w_global||^2 on the clients",
+        _strategy_class("ripple_flwr.strategies.fedprox", "FedProxMethod"),
+        models="one",
+        exports="global",
+        client_rule="fedprox",
+    )
+)
+register(
+    MethodSpec(
+        "fedadam",
+        "FedAdam, Flower's class: Adam on the server over the mean update",
+        _strategy_class("ripple_flwr.strategies.fedadam", "FedAdamMethod"),
+        models="one",
+        exports="global",
+    )
+)
+register(
+    MethodSpec(
+        "fedyogi",
+        "FedYogi, Flower's class: Yogi on the server over the mean update",
+        _strategy_class("ripple_flwr.strategies.fedyogi", "FedYogiMethod"),
+        models="one",
+        exports="global",
+    )
+)
+register(
+    MethodSpec(
+        "fedadagrad",
+        "FedAdagrad, Flower's class: Adagrad on the server over the mean update",
+        _strategy_class("ripple_flwr.strategies.fedadagrad", "FedAdagradMethod"),
+        models="one",
+        exports="global",
+    )
+)
+register(
+    MethodSpec(
+        "local",
+        "local-only: each client trains alone, only in the rounds it is sampled",
+        _strategy_class("ripple_flwr.strategies.local", "LocalOnly"),
+        models="per-client",
+        exports="none",
+    )
+)

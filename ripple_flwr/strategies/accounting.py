@@ -1,0 +1,89 @@
+"""What a run records, as typed records: one per training round, one per evaluation.
+
+The results file is made of these (``to_dict``), so its keys are defined in
+one place; the strategies only fill them in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Dropped:
+    """A client whose reply was not used, and why."""
+
+    partition: int
+    reason: str
+
+
+@dataclass
+class ClientScore:
+    """One client's personalised evaluation."""
+
+    partition: int
+    accuracy: float
+    loss: float
+    num_examples: int
+
+
+@dataclass
+class RoundRecord:
+    """One training round: who was sampled, what moved over the wire, what it cost."""
+
+    round: int
+    sampled: list[int]
+    bytes_down: int = 0
+    bytes_up: int = 0
+    server_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    received: int = 0
+    dropped: list[Dropped] = field(default_factory=list)
+    train_loss: float = math.nan
+    num_examples: int = 0
+
+
+@dataclass
+class EvaluationRecord:
+    """One personalised evaluation of every client."""
+
+    round: int
+    bytes_down: int = 0
+    wall_seconds: float = 0.0
+    accuracy: dict[str, float] = field(default_factory=dict)
+    loss: dict[str, float] = field(default_factory=dict)
+    clients: list[ClientScore] = field(default_factory=list)
+    failed: list[Dropped] = field(default_factory=list)
+
+
+@dataclass
+class Ledger:
+    """Every round and evaluation of a run, and where the time went."""
+
+    rounds: list[RoundRecord] = field(default_factory=list)
+    evaluations: list[EvaluationRecord] = field(default_factory=list)
+    query_seconds: float = 0.0
+    round_seconds: float = 0.0
+    evaluation_seconds: float = 0.0
+
+    def add_round(self, record: RoundRecord) -> None:
+        self.rounds.append(record)
+        self.round_seconds += record.wall_seconds
+
+    def add_evaluation(self, record: EvaluationRecord) -> None:
+        self.evaluations.append(record)
+        self.evaluation_seconds += record.wall_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        """The results file's ``rounds``, ``evaluations`` and ``timings``."""
+        return {
+            "rounds": [asdict(r) for r in self.rounds],
+            "evaluations": [asdict(e) for e in self.evaluations],
+            "timings": {
+                "query": self.query_seconds,
+                "rounds": self.round_seconds,
+                "evaluation": self.evaluation_seconds,
+            },
+        }

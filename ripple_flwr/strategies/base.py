@@ -1,0 +1,359 @@
+"""What every method of the app shares: admission, seeded sampling, evaluation, accounting.
+
+:class:`AppStrategy` is a mixin placed before a Flower strategy class. It
+owns no training rule: :class:`ServerModels` (methods whose models live in
+the strategy: Ripple, local-only) and
+:class:`~ripple_flwr.strategies.flower.FlowerModel` (Flower's one-model
+strategies, run as Flower wrote them) add the two halves of a round.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from abc import abstractmethod
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+
+from ripple_flwr.config import RunSettings
+from ripple_flwr.mixing import uniform_sample
+from ripple_flwr.records import state_to_record
+from ripple_flwr.results import arrayrecord_nbytes, message_nbytes
+from ripple_flwr.strategies.accounting import EvaluationRecord, Ledger, RoundRecord
+from ripple_flwr.strategies.admission import ClientRoster, QueryResult
+from ripple_flwr.strategies.evaluation import evaluate_messages, score_stats
+from ripple_flwr.strategies.grid import PollingGrid
+from ripple_flwr.strategies.replies import (
+    Accepted,
+    check_train_replies,
+    collect_evaluations,
+    state_reference,
+)
+
+log = logging.getLogger("flwr.ripple")
+
+_SAMPLER_KEY = 0x5A4D  # SeedSequence key of the client sampler (same for every method)
+
+
+def states_to_records(states: Sequence[dict[str, np.ndarray]]) -> list[ArrayRecord]:
+    return [state_to_record(s) for s in states]
+
+
+def client_train_config(settings: RunSettings) -> ConfigRecord:
+    """What every training message carries besides the model (Flower's strategies add theirs)."""
+    return ConfigRecord(
+        {
+            "lr": float(settings.lr),
+            "momentum": float(settings.momentum),
+            "local-epochs": settings.local_epochs,
+            "batch-size": settings.batch_size,
+        }
+    )
+
+
+class AppStrategy:
+    """Mixin for a Flower strategy run over the app's clients.
+
+    Subclasses call :meth:`_init_app` from ``__init__``, and implement
+    :meth:`eval_payloads`; they may override :meth:`setup`,
+    :meth:`sample_rows`, :meth:`add_clients`, :meth:`onboard_payloads` and
+    :meth:`reference_models`.
+    """
+
+    summary_kind: str = "none"
+    summary_dim: int | None = None
+
+    def _init_app(self, settings: RunSettings, reference: dict[str, np.ndarray]) -> None:
+        self.settings = settings
+        self.reference = state_reference(reference)
+        self.rng = np.random.default_rng(np.random.SeedSequence([settings.seed, _SAMPLER_KEY]))
+        self.num_rounds = settings.num_server_rounds
+        self.ledger = Ledger()
+        self.roster = ClientRoster(settings, self.summary_kind, self.summary_dim)
+        self.final_global: ArrayRecord | None = None
+        self._pending: dict[int, int] = {}
+        self._round: RoundRecord | None = None
+        self._round_start = 0.0
+        self._eval_pending: dict[int, int] = {}
+        self._eval: EvaluationRecord | None = None
+        self._eval_start = 0.0
+
+    # -- who takes part --------------------------------------------------------------------
+    @property
+    def clients(self) -> QueryResult | None:
+        """The training clients, in row order."""
+        return self.roster.clients
+
+    @property
+    def new_clients(self) -> QueryResult:
+        """The held-out clients onboarded zero-shot after training."""
+        return self.roster.new_clients
+
+    def prepare(self, grid: Grid) -> QueryResult:
+        """Wait for the nodes and run the one-shot round; then :meth:`setup`."""
+        self.roster.summary_kind, self.roster.summary_dim = self.summary_kind, self.summary_dim
+        clients = self.roster.prepare(grid)
+        self.ledger.query_seconds = self.roster.query_seconds
+        self.setup(clients)
+        return clients
+
+    def admit(self, grid: Grid, server_round: int) -> None:
+        """Late joiners that connected since the last look join from this round on."""
+        joined = self.roster.admit_late_joiners(grid, server_round)
+        if joined is not None:
+            self.add_clients(joined)
+
+    # -- hooks -----------------------------------------------------------------------------
+    def setup(self, clients: QueryResult) -> None:
+        """Called once after the query round, before round 1 (nothing to do by default)."""
+        return None
+
+    def sample_rows(self, server_round: int) -> np.ndarray:
+        """Rows (clients) trained this round: uniform without replacement by default."""
+        return uniform_sample(len(self.clients), self.settings.clients_per_round, self.rng)
+
+    def add_clients(self, joined: QueryResult) -> None:
+        """Training clients that connected after the one-shot round join the roster."""
+        self.clients.extend(joined)
+
+    @abstractmethod
+    def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
+        """The model each client is evaluated with, in client order."""
+
+    def onboard_payloads(self, new: QueryResult) -> list[ArrayRecord] | None:
+        """The zero-shot model of each new client (``None``: the method has none)."""
+        return None
+
+    def reference_models(self) -> list[ArrayRecord]:
+        """Every model the server holds, for the best-by-loss reference (none by default)."""
+        return []
+
+    def zero_shot_extras(self) -> dict[str, Any]:
+        """Method-specific additions to the zero-shot record (Ripple: routing of new clients)."""
+        return {}
+
+    @property
+    def num_models(self) -> int:
+        """How many models the server holds (and could hand a new client)."""
+        return 1
+
+    def saved_models(self) -> dict[str, np.ndarray] | None:
+        """The models a saved run exports for onboarding, stacked on a leading axis."""
+        return None
+
+    # -- the run ---------------------------------------------------------------------------
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float | None = None,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn=None,
+    ):
+        """The one-shot round, then Flower's round loop on a quickly polling grid.
+
+        ``timeout`` (per round) defaults to the run's ``round-timeout``;
+        ``train_config`` to the run's client optimiser settings.
+        """
+        self.num_rounds = num_rounds
+        timeout = self.settings.round_timeout if timeout is None else timeout
+        if train_config is None:
+            train_config = client_train_config(self.settings)
+        if self.clients is None:
+            self.prepare(grid)
+        result = super().start(  # type: ignore[misc]
+            PollingGrid(grid),
+            initial_arrays,
+            num_rounds,
+            timeout,
+            train_config,
+            evaluate_config,
+            evaluate_fn,
+        )
+        self.final_global = result.arrays
+        return result
+
+    # -- the two halves of a round, shared by both families ---------------------------------
+    def begin_round(self, server_round: int, grid: Grid) -> np.ndarray:
+        """Admit late joiners and draw this round's rows with the run's seeded sampler."""
+        self.admit(grid, server_round)
+        self._round_start = time.perf_counter()
+        rows = np.asarray(self.sample_rows(server_round), dtype=np.int64)
+        self._round = RoundRecord(
+            round=server_round, sampled=[self.clients.partition_ids[int(r)] for r in rows]
+        )
+        return rows
+
+    def record_sent(self, rows: np.ndarray, messages: list[Message]) -> list[Message]:
+        """Remember which node got which row, count the bytes; messages in row order."""
+        node_row = {self.clients.node_ids[int(r)]: int(r) for r in rows}
+        messages = sorted(messages, key=lambda m: node_row[int(m.metadata.dst_node_id)])
+        self._pending = {
+            int(m.metadata.dst_node_id): node_row[int(m.metadata.dst_node_id)] for m in messages
+        }
+        self._round.bytes_down = sum(message_nbytes(m) for m in messages)
+        self._round.server_seconds = time.perf_counter() - self._round_start
+        return messages
+
+    def accept_replies(self, server_round: int, replies: Iterable[Message]) -> list[Accepted]:
+        """Validate every reply in one place; the usable ones in row order."""
+        replies = list(replies)
+        self._round.bytes_up = sum(message_nbytes(m) for m in replies)
+        accepted, dropped = check_train_replies(
+            replies,
+            self._pending,
+            self.reference,
+            self.clients.partition_ids,
+            server_round,
+            self.settings.round_timeout,
+        )
+        self._round.dropped = dropped
+        return accepted
+
+    def end_round(self, accepted: list[Accepted], server_seconds: float) -> MetricRecord | None:
+        """Close the round's record and log it; the train metrics Flower's loop keeps."""
+        rec = self._round
+        rec.server_seconds += server_seconds
+        rec.wall_seconds = time.perf_counter() - self._round_start
+        rec.received = len(accepted)
+        rec.num_examples = sum(a.num_examples for a in accepted)
+        losses = [(a.train_loss, a.num_examples) for a in accepted if math.isfinite(a.train_loss)]
+        if losses:
+            rec.train_loss = sum(v * n for v, n in losses) / sum(n for _, n in losses)
+        self.ledger.add_round(rec)
+        log.info(
+            "round %d/%d: %d/%d replies used, train loss %.4f, %.2f MB down, %.2f MB up",
+            rec.round,
+            self.num_rounds,
+            len(accepted),
+            len(self._pending),
+            rec.train_loss,
+            rec.bytes_down / 2**20,
+            rec.bytes_up / 2**20,
+        )
+        if not accepted:
+            return None
+        return MetricRecord({"train_loss": rec.train_loss, "num-examples": rec.num_examples})
+
+    # -- evaluation ------------------------------------------------------------------------
+    def is_eval_round(self, server_round: int) -> bool:
+        return server_round % self.settings.eval_every == 0 or server_round == self.num_rounds
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Every client gets the model it would receive, on eval rounds only."""
+        if not self.is_eval_round(server_round):
+            return []
+        payloads = self.eval_payloads(arrays)
+        messages = evaluate_messages(self.clients.node_ids, payloads, server_round)
+        self._eval_pending = {int(nid): row for row, nid in enumerate(self.clients.node_ids)}
+        self._eval = EvaluationRecord(
+            round=server_round, bytes_down=sum(arrayrecord_nbytes(p) for p in payloads)
+        )
+        self._eval_start = time.perf_counter()
+        return messages
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        """Sample-weighted mean and spread of the clients' personalised accuracies."""
+        if not self._eval_pending:
+            return None
+        per_client, failed = collect_evaluations(
+            replies, self._eval_pending, self.clients.partition_ids
+        )
+        self._eval_pending = {}
+        rec = self._eval
+        rec.wall_seconds = time.perf_counter() - self._eval_start
+        rec.accuracy, rec.loss = score_stats(per_client), score_stats(per_client, "loss")
+        rec.clients, rec.failed = per_client, failed
+        self.ledger.add_evaluation(rec)
+        log.info(
+            "round %d/%d: personalised accuracy %.4f (weighted mean over %d clients, "
+            "std %.4f, min %.4f)",
+            server_round,
+            self.num_rounds,
+            rec.accuracy["weighted_mean"],
+            len(per_client),
+            rec.accuracy["std"],
+            rec.accuracy["min"],
+        )
+        if not per_client:
+            return None
+        return MetricRecord(
+            {
+                "accuracy": rec.accuracy["weighted_mean"],
+                "accuracy-std": rec.accuracy["std"],
+                "loss": rec.loss["weighted_mean"],
+                "num-examples": sum(c.num_examples for c in per_client),
+            }
+        )
+
+    def summary(self) -> None:
+        s = self.settings
+        log.info(
+            "\t├──> %s: %d clients/round of %d, %d rounds, eval every %d, seed %d",
+            type(self).__name__,
+            s.clients_per_round,
+            s.num_partitions,
+            self.num_rounds,
+            s.eval_every,
+            s.seed,
+        )
+
+    # -- results ---------------------------------------------------------------------------
+    def run_record(self) -> dict[str, Any]:
+        """What the results file needs from the strategy."""
+        return {
+            "clients": self.roster.record(),
+            **self.ledger.to_dict(),
+            "late_joiners": self.roster.joined,
+        }
+
+
+class ServerModels(AppStrategy):
+    """Methods whose models live in the strategy (Ripple, local-only): one message per client.
+
+    Subclasses implement :meth:`train_payloads` and :meth:`apply_updates`.
+    """
+
+    @abstractmethod
+    def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[ArrayRecord]:
+        """One model per sampled row, in row order."""
+
+    @abstractmethod
+    def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
+        """Fold the validated replies of a round into the server's models."""
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """One message per sampled client, each carrying the model that client receives."""
+        rows = self.begin_round(server_round, grid)
+        config = ConfigRecord({**dict(config), "server-round": server_round})
+        messages = [
+            Message(
+                RecordDict({"arrays": payload, "config": config}),
+                dst_node_id=self.clients.node_ids[int(row)],
+                message_type=MessageType.TRAIN,
+            )
+            for row, payload in zip(rows, self.train_payloads(rows, arrays), strict=True)
+        ]
+        return self.record_sent(rows, messages)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Validate, drop the bad replies, apply the good ones."""
+        t0 = time.perf_counter()
+        accepted = self.accept_replies(server_round, replies)
+        arrays = self.apply_updates(server_round, accepted) if accepted else None
+        return arrays, self.end_round(accepted, time.perf_counter() - t0)
