@@ -16,7 +16,9 @@ GMM-VAE checkpoint it routed with (path plus SHA-256, so a replaced
 checkpoint is caught rather than silently routing to the wrong clusters),
 and, under Ripple-HDB, the map from the K router components to the M
 meta-cluster models. The file holds only plain Python values and tensors and
-is read with ``torch.load(weights_only=True)``: nothing is unpickled.
+is read with ``torch.load(weights_only=True)``: nothing is unpickled. It
+carries a SHA-256 of its own content (``ripple_flwr.integrity``), checked on
+load, so a damaged file is refused instead of onboarding with wrong weights.
 
 An :class:`Onboarder` is built once per saved run (router, scattering
 filters and model skeleton are reused) and onboards any number of clients;
@@ -38,6 +40,7 @@ import torch
 
 from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
 from ripple_flwr.hdb import collapse_weights
+from ripple_flwr.integrity import IntegrityError, seal, verify
 from ripple_flwr.mixing import mix_model, mix_stacked, unstack
 from ripple_flwr.models import build_model, set_state
 from ripple_flwr.pretrain import load_checkpoint, resolve_device
@@ -55,12 +58,19 @@ __all__ = [
     "save_run",
 ]
 
-SAVED_RUN_VERSION = 1
+# 2: the payload carries its content SHA-256. Version 1 files (no hash) are read only
+# with ``load_run(..., allow_unverified=True)``.
+SAVED_RUN_VERSION = 2
+_UNHASHED_VERSION = 1
 _FORMAT = "ripple-flwr saved run"
 ONBOARDING_ROUTERS = ("gmm-vae", "mean-unmixing", "none")
 _HOW_TO_GET_ONE = (
     "a ripple-flwr run saves it next to its results JSON when it finishes; "
     "or write one with ripple_flwr.onboarding.save_run"
+)
+_RECREATE = (
+    "restore the original file, or re-create it by running the federation again (a run "
+    "saves <results>.run.pt when it finishes)"
 )
 # Pixels outside [0, 1] by more than this are taken as unscaled data.
 _RANGE_TOL = 1e-3
@@ -185,7 +195,8 @@ def save_run(path: str | Path, run: SavedRun) -> Path:
     """Write ``run`` atomically (tmp file + replace); return the absolute path.
 
     The checkpoint path is stored absolute. A missing ``router_sha256`` is
-    filled in from the checkpoint file, which must then exist.
+    filled in from the checkpoint file, which must then exist. The file
+    records the SHA-256 of its content, which :func:`load_run` checks.
     """
     run.validate()
     path = Path(path).expanduser().resolve()
@@ -222,20 +233,29 @@ def save_run(path: str | Path, run: SavedRun) -> Path:
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
+    torch.save(seal(payload), tmp)
     tmp.replace(path)
     return path
 
 
-def load_run(path: str | Path) -> SavedRun:
-    """Read a file written by :func:`save_run` (weights only; shapes checked)."""
+def load_run(path: str | Path, *, allow_unverified: bool = False) -> SavedRun:
+    """Read a file written by :func:`save_run` (weights only; content hash and shapes checked).
+
+    A file whose content does not match its stored SHA-256 raises
+    :class:`~ripple_flwr.integrity.IntegrityError` (a ValueError). Files of
+    format version 1 carry no hash and are refused unless ``allow_unverified``
+    (then ``save_run(path, load_run(path, allow_unverified=True))`` upgrades one).
+    """
     path = Path(path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"saved run {path} not found; {_HOW_TO_GET_ONE}")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for corrupt or unsafe files
-        raise ValueError(f"cannot read saved run {path}: {err}") from err
+        raise ValueError(
+            f"cannot read saved run {path}: it is corrupted, truncated or not a torch file "
+            f"({err}); {_RECREATE}"
+        ) from err
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
         hint = ""
         if isinstance(payload, dict) and "vae_config" in payload:
@@ -245,10 +265,24 @@ def load_run(path: str | Path) -> SavedRun:
             )
         raise ValueError(f"{path} is not a ripple-flwr saved run{hint}; {_HOW_TO_GET_ONE}")
     version = payload.get("version")
-    if version != SAVED_RUN_VERSION:
+    if version == _UNHASHED_VERSION:
+        if not allow_unverified:
+            raise ValueError(
+                f"{path} is a saved run of format version {version}, written before saved runs "
+                "carried a content hash, so it cannot be checked for corruption; re-create it, "
+                'or, if you trust the file, add the hash once with: python -c "from '
+                "ripple_flwr.onboarding import load_run, save_run; p = '<file>'; "
+                'save_run(p, load_run(p, allow_unverified=True))"'
+            )
+    elif version != SAVED_RUN_VERSION:
         raise ValueError(
             f"{path} is a saved run of version {version!r}; this code reads version "
-            f"{SAVED_RUN_VERSION}"
+            f"{SAVED_RUN_VERSION} (and {_UNHASHED_VERSION} with allow_unverified)"
+        )
+    elif not verify(payload, f"saved run {path}", _RECREATE):
+        raise IntegrityError(
+            f"saved run {path} is corrupted or was modified: its content hash is missing; "
+            + _RECREATE
         )
     try:
         cmap = payload["component_map"]
@@ -341,7 +375,8 @@ class Onboarder:
                 if key == "explained-variance":
                     value = value if value else None
                 expected[key.replace("-", "_")] = value
-        ckpt = load_checkpoint(path, expected=expected)
+        # A checkpoint that predates content hashes is still pinned by the file hash above.
+        ckpt = load_checkpoint(path, expected=expected, allow_unverified=bool(run.router_sha256))
         self.router = ckpt.router(run.router, device=self.device)
         k = run.num_components
         if self.router.num_components != k:

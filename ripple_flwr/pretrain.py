@@ -26,6 +26,7 @@ from ripple_flwr.data import (
     server_aux_split,
 )
 from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
+from ripple_flwr.integrity import seal, verify
 from ripple_flwr.results import to_jsonable
 from ripple_flwr.routers import GMMVAERouter, MeanUnmixingRouter, UniformRouter, routing_l1
 from ripple_flwr.synthetic import BankSettings, SyntheticBank, cached_bank
@@ -230,6 +231,7 @@ def checkpoint_settings(settings: PretrainSettings, image_shape: tuple[int, ...]
 def save_checkpoint(
     path: str | Path, model: GMMVAE, component_means: np.ndarray, settings: dict
 ) -> None:
+    """Write atomically; the payload records the SHA-256 of its content (checked on load)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
@@ -239,7 +241,7 @@ def save_checkpoint(
         "settings": dict(settings),
     }
     tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(payload, tmp)
+    torch.save(seal(payload), tmp)
     tmp.replace(path)
 
 
@@ -279,9 +281,21 @@ def _norm(v):
     return v
 
 
-def load_checkpoint(path: str | Path, expected: dict | None = None) -> Checkpoint:
-    """Load weights only (no pickled objects); check settings against ``expected``."""
+def load_checkpoint(
+    path: str | Path, expected: dict | None = None, *, allow_unverified: bool = False
+) -> Checkpoint:
+    """Load weights only (no pickled objects); check the content hash and the settings.
+
+    A payload that does not match its stored SHA-256 raises
+    :class:`~ripple_flwr.integrity.IntegrityError` (a ValueError). Checkpoints
+    written before they carried a hash are refused unless ``allow_unverified``
+    (the caller checked the file some other way, e.g. a saved run's file hash).
+    """
     path = Path(path)
+    recreate = (
+        f"re-create it with `python pretrain_vae.py --output {path}` and the settings it was "
+        "made with, or restore the original file"
+    )
     if not path.is_file():
         raise FileNotFoundError(
             f"GMM-VAE checkpoint {path} not found; run `python pretrain_vae.py --output {path}`"
@@ -289,10 +303,20 @@ def load_checkpoint(path: str | Path, expected: dict | None = None) -> Checkpoin
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for corrupt or unsafe files
-        raise ValueError(f"cannot read GMM-VAE checkpoint {path}: {err}") from err
+        raise ValueError(
+            f"cannot read GMM-VAE checkpoint {path}: it is corrupted, truncated or not a torch "
+            f"file ({err}); {recreate}"
+        ) from err
+    if not isinstance(payload, dict):
+        raise ValueError(f"{path} is not a ripple-flwr GMM-VAE checkpoint (not a dict)")
     for key in ("state_dict", "component_means", "vae_config", "settings"):
         if key not in payload:
             raise ValueError(f"{path} is not a ripple-flwr GMM-VAE checkpoint (missing {key!r})")
+    if not verify(payload, f"GMM-VAE checkpoint {path}", recreate) and not allow_unverified:
+        raise ValueError(
+            f"GMM-VAE checkpoint {path} carries no content hash (written before checkpoints "
+            f"had one), so it cannot be checked for corruption; {recreate}"
+        )
     settings = payload["settings"]
     if expected is not None:
         check_settings(settings, expected)

@@ -16,6 +16,7 @@ from ripple_flwr.config import RunSettings
 from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
 from ripple_flwr.federation_cache import cached_federation
 from ripple_flwr.hdb import collapse_weights
+from ripple_flwr.integrity import seal
 from ripple_flwr.mixing import mix_model
 from ripple_flwr.models import build_model, get_state
 from ripple_flwr.onboarding import (
@@ -124,16 +125,18 @@ def test_saved_run_rejects_inconsistent_shapes(world, tmp_path):
         make_run(world, component_map=np.array([0, 1, 2, 5]))
     with pytest.raises(ValueError, match="router 'none' serves one global model"):
         make_run(world, router="none")
-    # The same checks guard a file edited after saving.
+    # The same checks guard a file edited after saving (and re-hashed, see test_integrity).
     path = save_run(tmp_path / "run.pt", make_run(world))
     payload = torch.load(path, weights_only=True)
     payload["cluster_states"][first] = payload["cluster_states"][first][:2]
-    torch.save(payload, path)
+    torch.save(seal(payload), path)
     with pytest.raises(ValueError, match="inconsistent.*leading model axis"):
         load_run(path)
     payload["version"] = 99
-    torch.save(payload, path)
-    with pytest.raises(ValueError, match="version 99; this code reads version 1"):
+    torch.save(seal(payload), path)
+    with pytest.raises(
+        ValueError, match=f"version 99; this code reads version {SAVED_RUN_VERSION}"
+    ):
         load_run(path)
 
 
