@@ -2,10 +2,12 @@
 
 The paper's protocol (spec section 5): Fashion-MNIST, 100 clients x 200
 images, Dir(0.1), 10 clients per round, the paper's CNN and optimiser,
-evaluation every 10 rounds. Methods: Ripple Strat and Unif with both
-routers (gmm-vae, mean-unmixing), the oracle (w = pi*) with either sampler
-(each Ripple variant's own oracle), FedAvg and local-only
-training, on the same data, sampler budget and evaluation. Runs in-process
+evaluation every 10 rounds. Methods: every entry of the method registry
+(``ripple_flwr.methods``): Ripple Strat and Unif with both routers
+(gmm-vae, mean-unmixing), the oracle (w = pi*) with either sampler (each
+Ripple variant's own oracle), Flower's FedAvg, FedProx, FedAdam, FedYogi
+and FedAdagrad, and local-only training, on the same data, sampler budget
+and evaluation. Runs in-process
 (``InProcessGrid``: the real client handlers, no Ray) and prints, per
 method, the final personalised accuracy (mean of the last three
 evaluations, then the mean over seeds) and the first round reaching 90%,
@@ -33,28 +35,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from ripple_flwr.config import ROUTERS, SAMPLINGS  # noqa: E402
 from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
+from ripple_flwr.methods import METHODS  # noqa: E402
 from ripple_flwr.results import finished_results, tail_mean  # noqa: E402
 from ripple_flwr.server import run_server  # noqa: E402
 
-METHODS = {
-    "ripple-strat-gmm-vae": {"method": "ripple", "sampling": "stratified", "router": "gmm-vae"},
-    "ripple-unif-gmm-vae": {"method": "ripple", "sampling": "uniform", "router": "gmm-vae"},
-    "ripple-strat-mean-unmixing": {
-        "method": "ripple",
-        "sampling": "stratified",
-        "router": "mean-unmixing",
-    },
-    "ripple-unif-mean-unmixing": {
-        "method": "ripple",
-        "sampling": "uniform",
-        "router": "mean-unmixing",
-    },
-    "oracle": {"method": "oracle", "sampling": "stratified"},
-    "oracle-unif": {"method": "oracle", "sampling": "uniform"},
-    "fedavg": {"method": "fedavg"},
-    "local": {"method": "local"},
-}
+
+def benchmark_variants() -> dict[str, dict]:
+    """Every registered method as run-config overrides; Ripple and the oracle per sampler/router.
+
+    Read from the method registry, so a newly registered method is benchmarked
+    without touching this file. Names of the Ripple variants are
+    ``ripple-<strat|unif>-<router>``; the oracle's ``oracle`` (stratified) and
+    ``oracle-unif``.
+    """
+    out: dict[str, dict] = {}
+    short = {"stratified": "strat", "uniform": "unif"}
+    for name, spec in METHODS.items():
+        if spec.needs_router:
+            for router in ROUTERS:
+                for sampling in SAMPLINGS:
+                    key = f"{name}-{short[sampling]}-{router}"
+                    out[key] = {"method": name, "sampling": sampling, "router": router}
+        elif spec.routing_weights:
+            for sampling in SAMPLINGS:
+                key = name if sampling == "stratified" else f"{name}-{short[sampling]}"
+                out[key] = {"method": name, "sampling": sampling}
+        else:
+            out[name] = {"method": name}
+    return out
+
+
+VARIANTS = benchmark_variants()
 
 
 def curve(results: dict) -> tuple[list[int], list[float]]:
@@ -79,9 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--clients", type=int, default=100)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--methods", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     p.add_argument("--checkpoint", default="", help="GMM-VAE checkpoint for the dataset")
     p.add_argument("--plot", default="outputs/accuracy.png")
+    p.add_argument("--json", default="", help="also write the JSON line to this file")
     p.add_argument("--out", default="", help="folder for the per-run results files")
     p.add_argument(
         "--reuse",
@@ -101,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         finals, first90, runs = [], [], []
         for seed in args.seeds:
             cfg = {
-                **METHODS[name],
+                **VARIANTS[name],
                 "dataset": args.dataset,
                 "num-partitions": args.clients,
                 "clients-per-round": 10,
@@ -125,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             "final_accuracy": float(np.mean(finals)),
             "final_accuracy_per_seed": finals,
             "first_round_90": first90,
+            "curve": [rounds, np.mean(runs, axis=0).tolist()],
         }
         curves[name] = [rounds, np.mean(runs, axis=0).tolist()]
         print(f"{name}: {summary[name]}", file=sys.stderr, flush=True)
@@ -135,18 +150,20 @@ def main(argv: list[str] | None = None) -> int:
             summary[name]["max_gap_to_oracle"] = float(gaps.max())
             summary[name]["max_gap_round"] = int(curves[name][0][int(gaps.argmax())])
     plot(curves, args)
-    print(
-        json.dumps(
-            {
-                "dataset": args.dataset,
-                "rounds": args.rounds,
-                "seeds": args.seeds,
-                "clients": args.clients,
-                "methods": summary,
-                "plot": args.plot,
-            }
-        )
+    line = json.dumps(
+        {
+            "dataset": args.dataset,
+            "rounds": args.rounds,
+            "seeds": args.seeds,
+            "clients": args.clients,
+            "methods": summary,
+            "plot": args.plot,
+        }
     )
+    print(line)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(line + "\n")
     return 0
 
 
