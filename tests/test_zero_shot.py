@@ -83,7 +83,9 @@ def test_late_joiner_is_assigned_at_the_next_round_without_disturbing_others():
     assert 3 not in first
     # pid 3 was queried once, right before round 2, and is a training client from then on.
     assert clients.count("query", 3) == 1
-    assert strategy.roster.joined[0]["round"] == 2 and strategy.roster.joined[0]["partitions"] == [3]
+    assert strategy.roster.joined[0]["round"] == 2 and strategy.roster.joined[0]["partitions"] == [
+        3
+    ]
     assert strategy.clients.partition_ids == [0, 1, 2, 3]
     np.testing.assert_array_equal(strategy.weights[3], W[3])
     # Everyone else got exactly one query message in the whole run: the join cost them nothing.
