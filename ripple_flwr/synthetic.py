@@ -29,8 +29,13 @@ log = logging.getLogger(__name__)
 
 BANK_FORMAT_VERSION = 2
 ALPHA_DISTRIBUTIONS = ("uniform", "log-uniform", "mixed")
-# Client images gathered per batch: bounds memory (~n_syn * D * 4 bytes each).
+# Clients drawn per call of the sampler (~n_syn * D * 4 bytes of images each): fixes
+# the random stream, so it must not depend on the device.
 _GATHER_BYTES = 128 * 2**20
+# Gathered images per embedding batch on a GPU: large enough to keep it busy.
+_DEVICE_BATCH_BYTES = 2**30
+# Clients per embedding batch on a CPU thread: ~10 MB of images, close to the cache.
+_CPU_BATCH_CLIENTS = 16
 
 
 @dataclass(frozen=True)
@@ -143,12 +148,23 @@ def build_bank(
     keep_means: bool = False,
     progress: bool = False,
     workers: int | None = None,
+    batch_clients: int | None = None,
 ) -> SyntheticBank:
     """Draw and embed ``settings.num_clients`` synthetic clients (no cache).
 
-    All random draws happen first, in order, from one seeded generator; the
-    embedding of batches then runs on ``workers`` threads with one torch
-    thread each, so the bank is bit-identical whatever the number of workers.
+    All random draws happen first, in order, from one seeded generator, in
+    chunks that do not depend on the device, so every device embeds the same
+    clients. Then the embedding runs in batches of ``batch_clients``:
+
+    - on a GPU, the auxiliary set is copied to the device once and each batch
+      (about 1 GiB of gathered images) is gathered, embedded and kept there;
+      the embeddings come back in one copy at the end, so the device never
+      waits for the host between batches;
+    - on a CPU, small batches (they stay in cache) run on ``workers`` threads
+      with one torch thread each.
+
+    A client's embedding does not depend on the batch it is in, so the bank
+    is bit-identical whatever the number of workers.
     """
     rng = np.random.default_rng(settings.seed)
     flat = np.ascontiguousarray(aux_images.reshape(len(aux_images), -1), dtype=np.float32)
@@ -158,36 +174,90 @@ def build_bank(
     counts = largest_remainder_counts(mixtures, settings.client_size)
     targets = (counts / settings.client_size).astype(np.float32)
     chunk = max(1, _GATHER_BYTES // (settings.client_size * d * 4))
-    starts = list(range(0, n, chunk))
-    indices = [sample_client_indices(counts[s : s + chunk], by_component, rng) for s in starts]
-    embeddings = np.empty((n, embedder.output_dim), dtype=np.float32)
-    means = np.empty((n, d), dtype=np.float32) if keep_means else None
+    indices = np.concatenate(
+        [
+            sample_client_indices(counts[s : s + chunk], by_component, rng)
+            for s in range(0, n, chunk)
+        ]
+    )
+    bar = _progress(n, "synthetic clients", progress)
+    try:
+        if embedder.device.type == "cuda":
+            embeddings, means = _embed_on_device(
+                embedder, flat, indices, keep_means, batch_clients, bar
+            )
+        else:
+            embeddings, means = _embed_on_cpu(
+                embedder, flat, indices, keep_means, batch_clients, workers, bar
+            )
+    finally:
+        bar.close()
+    return SyntheticBank(embeddings=embeddings, targets=targets, means=means)
 
-    def work(i: int) -> int:
-        clients = torch.from_numpy(flat[indices[i]])
-        lo = starts[i]
+
+def _embed_on_device(
+    embedder: SpectralEmbedder,
+    flat: np.ndarray,
+    indices: np.ndarray,
+    keep_means: bool,
+    batch_clients: int | None,
+    bar,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Gather and embed large batches on the GPU; one copy back at the end."""
+    dev = embedder.device
+    n, size = indices.shape
+    batch = batch_clients or max(1, _DEVICE_BATCH_BYTES // (size * flat.shape[1] * 4))
+    source = torch.from_numpy(flat).to(dev)
+    index = torch.from_numpy(indices).to(dev)
+    out = torch.empty((n, embedder.output_dim), dtype=torch.float32, device=dev)
+    means = torch.empty((n, flat.shape[1]), dtype=torch.float32, device=dev) if keep_means else None
+    for lo in range(0, n, batch):
+        clients = source[index[lo : lo + batch]]
+        out[lo : lo + len(clients)] = embedder.embed_batch_tensor(clients)
+        if means is not None:
+            means[lo : lo + len(clients)] = clients.mean(dim=1)
+        bar.update(len(clients))
+    embeddings = SpectralEmbedder._finite(out.cpu().numpy())
+    return embeddings, None if means is None else means.cpu().numpy()
+
+
+def _embed_on_cpu(
+    embedder: SpectralEmbedder,
+    flat: np.ndarray,
+    indices: np.ndarray,
+    keep_means: bool,
+    batch_clients: int | None,
+    workers: int | None,
+    bar,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Small batches on worker threads, one torch thread each (no oversubscription)."""
+    n = len(indices)
+    batch = batch_clients or _CPU_BATCH_CLIENTS
+    starts = list(range(0, n, batch))
+    embeddings = np.empty((n, embedder.output_dim), dtype=np.float32)
+    means = np.empty((n, flat.shape[1]), dtype=np.float32) if keep_means else None
+
+    def work(lo: int) -> int:
+        clients = torch.from_numpy(flat[indices[lo : lo + batch]])
         embeddings[lo : lo + len(clients)] = embedder.embed_batch(clients)
         if means is not None:
             means[lo : lo + len(clients)] = clients.mean(dim=1).numpy()
         return len(clients)
 
-    workers = workers or (1 if embedder.device.type == "cuda" else min(4, os.cpu_count() or 1))
-    bar = _progress(n, "synthetic clients", progress)
+    workers = workers or min(4, os.cpu_count() or 1)
     threads = torch.get_num_threads()
     try:
-        if embedder.device.type == "cpu":
-            torch.set_num_threads(1)
+        torch.set_num_threads(1)
         if workers > 1:
             with ThreadPoolExecutor(max_workers=workers) as pool:
-                for done in pool.map(work, range(len(starts))):
+                for done in pool.map(work, starts):
                     bar.update(done)
         else:
-            for i in range(len(starts)):
-                bar.update(work(i))
+            for lo in starts:
+                bar.update(work(lo))
     finally:
         torch.set_num_threads(threads)
-        bar.close()
-    return SyntheticBank(embeddings=embeddings, targets=targets, means=means)
+    return embeddings, means
 
 
 def bank_key(

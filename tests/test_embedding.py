@@ -10,6 +10,7 @@ from ripple_flwr.embedding import (
     batch_prototypes,
     embedding_dim,
     scattering_channels,
+    top_eigenpairs,
 )
 from ripple_flwr.scattering import Scattering2D
 
@@ -127,3 +128,79 @@ def test_constant_client_gives_mean_prototype():
     emb = SpectralEmbedder((1, 16, 16), J=2)
     x = np.full((10, 1, 16, 16), 0.25, dtype=np.float32)
     np.testing.assert_allclose(emb.prototype(x), 0.25, atol=1e-7)
+
+
+# -- the fast top-M eigen-solver and the batched paths ------------------------------------
+def _mnist_clients(b: int, n: int = 200, seed: int = 0) -> np.ndarray:
+    from ripple_flwr.data import load_dataset
+
+    images = load_dataset("mnist-5k").images
+    rng = np.random.default_rng(seed)
+    return images[rng.integers(0, len(images), (b, n))].reshape(b, n, -1)
+
+
+def _count_full_eigh(monkeypatch) -> list[int]:
+    """Sizes of the matrices handed to torch.linalg.eigh (the Ritz step's are 32 x 32)."""
+    sizes: list[int] = []
+    real = torch.linalg.eigh
+
+    def spy(a, *args, **kwargs):
+        sizes.append(a.shape[-1])
+        return real(a, *args, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, "eigh", spy)
+    return sizes
+
+
+def test_top_eigenpairs_match_float64_decomposition_without_full_eigh(monkeypatch):
+    x = torch.from_numpy(_mnist_clients(16))
+    xc = x - x.mean(dim=1, keepdim=True)
+    gram = xc @ xc.transpose(1, 2)
+    sizes = _count_full_eigh(monkeypatch)
+    lam, u = top_eigenpairs(gram, 20)
+    assert all(s < 200 for s in sizes), "the subspace path must not decompose 200 x 200"
+    ref_lam, ref_u = np.linalg.eigh(gram.double().numpy())
+    ref_lam, ref_u = ref_lam[:, ::-1][:, :20], ref_u[:, :, ::-1][:, :, :20]
+    np.testing.assert_allclose(lam.numpy(), ref_lam, rtol=2e-5)
+    # Eigenvectors up to sign: |<u, u_ref>| = 1.
+    dots = np.abs(np.einsum("bnm,bnm->bm", u.double().numpy(), ref_u))
+    np.testing.assert_allclose(dots, 1.0, atol=1e-4)
+
+
+def test_flat_spectrum_falls_back_to_the_exact_decomposition(monkeypatch):
+    # Uniform noise: lambda_33 / lambda_20 ~ 0.93, subspace iteration cannot converge in
+    # its fixed steps, so the residual check must hand those clients to eigh.
+    rng = np.random.default_rng(5)
+    x = torch.from_numpy(rng.random((4, 200, 300), dtype=np.float32))
+    xc = x - x.mean(dim=1, keepdim=True)
+    gram = xc @ xc.transpose(1, 2)
+    sizes = _count_full_eigh(monkeypatch)
+    lam, u = top_eigenpairs(gram, 20)
+    assert 200 in sizes
+    ref_lam = np.linalg.eigvalsh(gram.double().numpy())[:, ::-1][:, :20]
+    np.testing.assert_allclose(lam.numpy(), ref_lam, rtol=1e-5)
+    resid = torch.linalg.vector_norm(gram @ u - u * lam[:, None, :], dim=1)
+    assert float((resid / lam[:, :1]).max()) < 1e-5
+
+
+def test_fast_prototype_matches_covariance_formula_on_real_and_rank_deficient_clients():
+    clients = _mnist_clients(6).astype(np.float64)
+    # Two rank-deficient clients: 200 rows drawn from 10 and from 25 distinct images.
+    rng = np.random.default_rng(1)
+    clients[4] = clients[4][rng.integers(0, 10, 200)]
+    clients[5] = clients[5][rng.integers(0, 25, 200)]
+    got = batch_prototypes(torch.from_numpy(clients).float(), PrototypeSettings(svd_rank=20))
+    for c, proto in zip(clients, got.numpy(), strict=True):
+        ref = reference_prototype(c, min(20, np.linalg.matrix_rank(c - c.mean(0))))
+        np.testing.assert_allclose(proto, ref, atol=2e-5 * np.abs(ref).max())
+
+
+def test_embedding_bits_do_not_depend_on_batch_size_or_scattering_chunk():
+    clients = _mnist_clients(24, seed=3)
+    emb = SpectralEmbedder((1, 28, 28), device="cpu")
+    whole = emb.embed_batch(clients)
+    chunked = np.concatenate([emb.embed_batch(clients[i : i + 8]) for i in range(0, 24, 8)])
+    small = SpectralEmbedder((1, 28, 28), device="cpu", batch_size=3).embed_batch(clients)
+    assert np.array_equal(whole, chunked)
+    assert np.array_equal(whole, small)
+    assert np.array_equal(whole, emb.embed_batch(clients))  # and run to run
