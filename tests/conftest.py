@@ -70,30 +70,50 @@ def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("ripple-cache")
 
 
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory) -> Path:
-    """A tiny GMM-VAE (K=4, aux 300) matching :func:`tiny_run_config`'s embedding settings."""
-    from ripple_flwr.pretrain import PretrainSettings, TrainSettings, pretrain
+def tiny_pretrain_settings(tmp: Path, **over: Any):
+    """The one tiny pre-training budget of the suite (K=4, aux 300, 600 synthetic clients)."""
+    from ripple_flwr.pretrain import PretrainSettings, TrainSettings
     from ripple_flwr.synthetic import BankSettings
 
+    base: dict[str, Any] = {
+        "dataset": "mnist-5k",
+        "aux_size": 300,
+        "num_components": 4,
+        "bank": BankSettings(num_clients=600, client_size=40),
+        "heldout_clients": 100,
+        "train": TrainSettings(steps=300, eval_every=100, patience=10),
+        "vae_hidden": (128, 64),
+        "latent_dim": 8,
+        "real_clients": 20,
+        "real_client_size": 40,
+        "cache_dir": str(tmp / "cache"),
+        "device": "cpu",
+    }
+    base.update(over)
+    return PretrainSettings(**base)
+
+
+@pytest.fixture(scope="session")
+def tiny_pretrained(tmp_path_factory):
+    """(folder, checkpoint, report) of the tiny GMM-VAE, pre-trained once per session."""
+    from ripple_flwr.pretrain import pretrain
+
     tmp = tmp_path_factory.mktemp("tiny-vae")
-    settings = PretrainSettings(
-        dataset="mnist-5k",
-        aux_size=300,
-        num_components=4,
-        bank=BankSettings(num_clients=600, client_size=40),
-        heldout_clients=100,
-        train=TrainSettings(steps=300, eval_every=100, patience=10),
-        vae_hidden=(128, 64),
-        latent_dim=8,
-        real_clients=10,
-        real_client_size=40,
-        cache_dir=str(tmp / "cache"),
-        device="cpu",
-    )
-    path = tmp / "tiny-vae.pt"
-    pretrain(settings, path, progress=False)
-    return path
+    ckpt, report = pretrain(tiny_pretrain_settings(tmp), tmp / "tiny-vae.pt", progress=False)
+    return tmp, ckpt, report
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tiny_pretrained) -> Path:
+    """The tiny GMM-VAE's file; it matches :func:`tiny_run_config`'s embedding settings."""
+    return tiny_pretrained[0] / "tiny-vae.pt"
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests that pre-train (through the shared fixture) are slow like the process tests."""
+    for item in items:
+        if {"tiny_pretrained", "tiny_checkpoint"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 # -- real Flower processes (flwr run / loopback deployment tests) --------------------------------

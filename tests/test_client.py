@@ -10,6 +10,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from ripple_flwr import federation_cache
 from ripple_flwr.client import (
     check_partition,
+    evaluate_client,
     handle_evaluate,
     handle_query,
     handle_train,
@@ -106,7 +107,11 @@ def test_train_and_evaluate_handlers(cache_dir):
         _context(cfg, pid=0),
     )
     m = reply.content.metric_records["metrics"]
-    assert m["num-examples"] == 12 and 0 <= m["accuracy"] <= 1 and m["partition-id"] == 0
+    assert m["num-examples"] == 12 and m["partition-id"] == 0
+    # A share of the client's 12 test images, and the same as scoring the model directly.
+    assert m["accuracy"] * 12 == pytest.approx(round(m["accuracy"] * 12))
+    direct = evaluate_client(RunSettings.from_run_config(cfg), 0, new)
+    assert (m["accuracy"], m["loss"]) == (direct["accuracy"], direct["loss"])
 
 
 def test_federation_cache_on_disk(tmp_path):

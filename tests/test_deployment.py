@@ -21,10 +21,13 @@ from conftest import (
     write_cli_config,
 )
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("flower-superlink") is None or shutil.which("flower-supernode") is None,
-    reason="flower-superlink / flower-supernode not installed (pip install flwr)",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("flower-superlink") is None or shutil.which("flower-supernode") is None,
+        reason="flower-superlink / flower-supernode not installed (pip install flwr)",
+    ),
+]
 
 
 def test_loopback_deployment_two_supernodes(tmp_path, ray_tmp):

@@ -16,10 +16,13 @@ from conftest import (
     write_cli_config,
 )
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("flower-superlink") is None or shutil.which("flwr") is None,
-    reason="flower-superlink / flwr not installed (pip install 'flwr[simulation]')",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("flower-superlink") is None or shutil.which("flwr") is None,
+        reason="flower-superlink / flwr not installed (pip install 'flwr[simulation]')",
+    ),
+]
 
 
 def test_flwr_run_simulation_end_to_end(tmp_path, tiny_checkpoint, ray_tmp):

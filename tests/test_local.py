@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch.nn import functional as F
 
 from ripple_flwr.local import evaluate_model, train_local
 from ripple_flwr.models import build_model, get_state, set_state
@@ -44,7 +45,13 @@ def test_evaluation_fields_and_mode_restored() -> None:
     model.train()
     out = evaluate_model(model, x, y, batch_size=16)
     assert set(out) == {"loss", "accuracy", "num_examples"}
-    assert 0.0 <= out["accuracy"] <= 1.0 and out["loss"] > 0.0
+    with torch.no_grad():
+        model.eval()
+        logits = model(torch.as_tensor(x))
+        model.train()
+    target = torch.as_tensor(y)
+    assert out["loss"] == pytest.approx(float(F.cross_entropy(logits, target)), rel=1e-5)
+    assert out["accuracy"] == pytest.approx(float((logits.argmax(1) == target).float().mean()))
     assert out["num_examples"] == 50
     assert model.training  # restored
     # Batch size does not change the result (mean over examples, not batches).

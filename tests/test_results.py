@@ -64,8 +64,13 @@ def test_results_file_of_a_ripple_run(tiny_checkpoint, cache_dir, tmp_path):
     r = json.loads(path.read_text())
     assert r["settings"]["method"] == "ripple" and r["settings"]["num-partitions"] == 6
     assert sorted(r["accuracy_per_round"]) == ["2", "3"]  # every eval-every rounds and the last
-    for acc in r["accuracy_per_round"].values():
-        assert 0 <= acc["weighted_mean"] <= 1 and acc["std"] >= 0
+    for ev in r["evaluations"]:
+        acc = r["accuracy_per_round"][str(ev["round"])]
+        scores = np.array([c["accuracy"] for c in ev["clients"]])
+        n = np.array([c["num_examples"] for c in ev["clients"]])
+        assert len(scores) == 6 and ev["failed"] == []
+        assert acc["weighted_mean"] == pytest.approx(np.average(scores, weights=n))
+        assert acc["std"] == pytest.approx(scores.std())
     assert sorted(r["train_loss_per_round"]) == ["1", "2", "3"]
     model_bytes = r["model_bytes"]
     assert all(b["down"] == b["up"] == 3 * model_bytes for b in r["bytes_per_round"].values())
