@@ -1,0 +1,84 @@
+"""Bounds on what one client can do to a model: update norms and sane aggregate steps.
+
+Plain numpy, no Flower. A training reply is judged by its update (returned
+minus what the server sent that client), measured in float64. The scale an
+update is compared with is the *low* median of the round's update norms
+(with the previous round's accepted norms), so one huge reply among two
+cannot set its own yardstick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+State = Mapping[str, np.ndarray]
+
+
+def update_norm(sent: State, returned: State) -> float:
+    """L2 norm of ``returned - sent`` over the floating-point tensors, in float64."""
+    total = 0.0
+    for key, before in sent.items():
+        if not np.issubdtype(np.asarray(before).dtype, np.inexact):
+            continue  # counters (num_batches_tracked) are not part of the update
+        diff = np.asarray(returned[key], dtype=np.float64) - np.asarray(before, dtype=np.float64)
+        total += float(np.dot(diff.ravel(), diff.ravel()))
+    return float(np.sqrt(total))
+
+
+def state_norm(state: State) -> float:
+    """L2 norm of a model over its floating-point tensors, in float64."""
+    return update_norm({k: np.zeros_like(v) for k, v in state.items()}, state)
+
+
+def low_median(values: Sequence[float]) -> float | None:
+    """The lower middle value (``None`` if empty): an outlier never sets it when n >= 2."""
+    v = sorted(float(x) for x in values)
+    return v[(len(v) - 1) // 2] if v else None
+
+
+def out_of_bound(
+    norms: Sequence[float],
+    history: Sequence[float] = (),
+    factor: float = 10.0,
+    max_norm: float = 0.0,
+) -> list[str | None]:
+    """For each update norm, why it is out of proportion (``None`` if it is not).
+
+    ``factor`` (> 0) times the low median of ``norms`` and ``history`` (the
+    previous round's accepted norms) bounds every update; ``max_norm`` (> 0)
+    is an absolute bound. Either is off at 0. A non-finite norm is always out.
+    """
+    finite = [n for n in norms if np.isfinite(n)]
+    reference = low_median(list(finite) + [h for h in history if np.isfinite(h)])
+    reasons: list[str | None] = []
+    for n in norms:
+        if not np.isfinite(n):
+            reasons.append("update norm is not finite")
+        elif max_norm > 0 and n > max_norm:
+            reasons.append(f"update norm {n:.4g} above max-update-norm={max_norm:g}")
+        elif factor > 0 and reference is not None and reference > 0 and n > factor * reference:
+            reasons.append(
+                f"update norm {n:.4g} is {n / reference:.3g} x the round's median "
+                f"{reference:.4g} (update-norm-factor={factor:g})"
+            )
+        else:
+            reasons.append(None)
+    return reasons
+
+
+def unsafe_step(before: State, after: State, max_growth: float = 10.0) -> str | None:
+    """Why a model must not move from ``before`` to ``after`` (``None``: it may).
+
+    Refused: any non-finite value, or a norm above ``max_growth`` times the
+    old norm (or above ``max_growth`` for a model at zero).
+    """
+    for key, value in after.items():
+        v = np.asarray(value)
+        if np.issubdtype(v.dtype, np.inexact) and not np.all(np.isfinite(v)):
+            return f"tensor {key!r} would not be finite"
+    old, new = state_norm(before), state_norm(after)
+    if new > max_growth * max(old, 1.0):
+        return f"model norm would grow from {old:.4g} to {new:.4g} (more than {max_growth:g} x)"
+    return None

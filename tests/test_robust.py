@@ -1,0 +1,53 @@
+"""Update bounds on small hand-made arrays."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ripple_flwr.robust import low_median, out_of_bound, state_norm, unsafe_step, update_norm
+
+
+def test_update_norm_by_hand_skips_counters():
+    sent = {"w": np.array([1.0, 2.0], np.float32), "n": np.array(3, np.int64)}
+    back = {"w": np.array([4.0, -2.0], np.float32), "n": np.array(100, np.int64)}
+    assert update_norm(sent, back) == 5.0  # sqrt(3^2 + 4^2); the counter is no update
+    assert state_norm(back) == pytest.approx(math.sqrt(20.0))
+
+
+def test_update_norm_of_huge_floats_is_inf_not_an_error():
+    sent = {"w": np.zeros(3, np.float32)}
+    back = {"w": np.full(3, 3e38, np.float32)}
+    assert update_norm(sent, back) == pytest.approx(math.sqrt(3) * 3e38)
+    ok, huge = out_of_bound([1.0, update_norm(sent, back)])
+    assert ok is None and huge.startswith("update norm 5.196e+38 is 5.2e+38 x the round's median 1")
+
+
+def test_low_median_is_not_set_by_one_outlier_of_two():
+    assert low_median([1.0, 1e30]) == 1.0
+    assert low_median([3.0, 1.0, 2.0]) == 2.0
+    assert low_median([]) is None
+
+
+def test_out_of_bound_names_the_reason():
+    reasons = out_of_bound([1.0, 1.2, 0.9, 50.0], factor=10.0)
+    assert reasons[:3] == [None, None, None]
+    assert "is 50 x the round's median 1" in reasons[3]
+    assert out_of_bound([1.0, 50.0], factor=0.0) == [None, None]  # off
+    assert "above max-update-norm=10" in out_of_bound([1.0, 50.0], factor=0.0, max_norm=10)[1]
+    assert out_of_bound([float("nan"), 1.0]) == ["update norm is not finite", None]
+
+
+def test_history_bounds_a_lonely_reply():
+    assert out_of_bound([1e6]) == [None]  # nothing to compare with
+    # the low median of {2, 3, 1e6} is 3
+    assert "median 3 " in out_of_bound([1e6], history=[2.0, 3.0])[0]
+
+
+def test_unsafe_step():
+    before = {"w": np.array([3.0, 4.0])}
+    assert unsafe_step(before, {"w": np.array([3.5, 4.5])}) is None
+    assert "from 5 to 500" in unsafe_step(before, {"w": np.array([300.0, 400.0])})
+    assert "not be finite" in unsafe_step(before, {"w": np.array([np.inf, 0.0])})
