@@ -30,6 +30,7 @@ from ripple_flwr.strategies.evaluation import evaluate_messages, score_stats
 from ripple_flwr.strategies.grid import PollingGrid
 from ripple_flwr.strategies.replies import (
     Accepted,
+    Reference,
     check_train_replies,
     collect_evaluations,
     state_reference,
@@ -67,6 +68,9 @@ class AppStrategy:
 
     summary_kind: str = "none"
     summary_dim: int | None = None
+    # Extra ArrayRecords every training reply must carry, by record name (SCAFFOLD: its
+    # control delta); validated like the model, a reply without them is dropped.
+    extra_reply_references: dict[str, Reference] = {}  # noqa: RUF012 (read-only default)
 
     def _init_app(self, settings: RunSettings, reference: dict[str, np.ndarray]) -> None:
         self.settings = settings
@@ -213,6 +217,7 @@ class AppStrategy:
             self.clients.partition_ids,
             server_round,
             self.settings.round_timeout,
+            extra_references=self.extra_reply_references,
         )
         self._round.dropped = dropped
         return accepted
@@ -333,6 +338,14 @@ class ServerModels(AppStrategy):
     def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
         """Fold the validated replies of a round into the server's models."""
 
+    # -- extra records of a training message (SCAFFOLD's control variate) --------------------
+    def extra_train_records(self, rows: np.ndarray) -> list[dict[str, ArrayRecord | ConfigRecord]]:
+        """Records added to each row's training message besides the model and config.
+
+        None by default, so every other method's messages stay byte-identical.
+        """
+        return [{} for _ in rows]
+
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
@@ -341,11 +354,13 @@ class ServerModels(AppStrategy):
         config = ConfigRecord({**dict(config), "server-round": server_round})
         messages = [
             Message(
-                RecordDict({"arrays": payload, "config": config}),
+                RecordDict({"arrays": payload, "config": config, **extra}),
                 dst_node_id=self.clients.node_ids[int(row)],
                 message_type=MessageType.TRAIN,
             )
-            for row, payload in zip(rows, self.train_payloads(rows, arrays), strict=True)
+            for row, payload, extra in zip(
+                rows, self.train_payloads(rows, arrays), self.extra_train_records(rows), strict=True
+            )
         ]
         return self.record_sent(rows, messages)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from flwr.app import Message
@@ -69,6 +69,49 @@ def validate_train_reply(
     return state, int(n), loss
 
 
+# -- extra records a method declares (SCAFFOLD's control delta) -------------------------------
+def validate_extra_records(
+    msg: Message, references: dict[str, Reference]
+) -> dict[str, dict[str, np.ndarray]]:
+    """Each declared extra ArrayRecord of a reply, checked like the model, or ``ValueError``.
+
+    ``references`` maps a record name to the keys, shapes and dtypes it must
+    have; a reply missing one, or with a mis-shaped or non-finite tensor in
+    it, is dropped like any bad reply, with the record named.
+    """
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for name, reference in references.items():
+        record = msg.content.array_records.get(name)
+        if record is None:
+            raise ValueError(f"reply carries no {name!r} record")
+        if set(record.keys()) != set(reference):
+            missing = sorted(set(reference) - set(record.keys()))
+            extra = sorted(set(record.keys()) - set(reference))
+            raise ValueError(
+                f"{name!r} keys differ (missing {missing[:3]}, unexpected {extra[:3]})"
+            )
+        for key, (shape, _) in reference.items():
+            if tuple(record[key].shape) != shape:
+                raise ValueError(
+                    f"{name!r} tensor {key!r} has shape {tuple(record[key].shape)}, "
+                    f"expected {shape}"
+                )
+        decoded = record_to_state(record)
+        arrays = {}
+        for key, (shape, dtype) in reference.items():
+            value = decoded[key]
+            if value.shape != shape or value.dtype != dtype:
+                raise ValueError(
+                    f"{name!r} tensor {key!r} decodes to {value.dtype}{list(value.shape)}, "
+                    f"expected {dtype}{list(shape)}"
+                )
+            if not np.all(np.isfinite(value)):
+                raise ValueError(f"{name!r} tensor {key!r} is not finite")
+            arrays[key] = value
+        out[name] = arrays
+    return out
+
+
 @dataclass
 class Accepted:
     """One valid training reply: the row (client) it came from and what it carried."""
@@ -78,6 +121,8 @@ class Accepted:
     num_examples: int
     train_loss: float
     message: Message
+    # Extra ArrayRecords a method declared (SCAFFOLD's control delta), validated like the model.
+    extras: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
 
 
 def check_train_replies(
@@ -87,6 +132,7 @@ def check_train_replies(
     partition_ids: list[int],
     server_round: int,
     timeout: float,
+    extra_references: dict[str, Reference] | None = None,
 ) -> tuple[list[Accepted], list[Dropped]]:
     """Split a round's replies into the usable ones (in row order) and the dropped ones.
 
@@ -106,12 +152,13 @@ def check_train_replies(
         seen.add(nid)
         try:
             state, n, loss = validate_train_reply(msg, reference)
+            extras = validate_extra_records(msg, extra_references or {})
         except ValueError as err:
             pid = partition_ids[row]
             log.warning("round %d: dropped reply of partition %d: %s", server_round, pid, err)
             dropped.append(Dropped(pid, str(err)))
             continue
-        accepted.append(Accepted(row, state, n, loss, msg))
+        accepted.append(Accepted(row, state, n, loss, msg, extras))
     for nid, row in pending.items():
         if nid not in seen:
             pid = partition_ids[row]
