@@ -27,14 +27,20 @@ The guarantee, and what it assumes:
   discrete sampler).
 
 Space: the clipping and the noise act on the embedding the client sends
-(raw scattering coefficients), optionally divided feature-wise by a public
-``scale`` first and multiplied back afterwards (an ellipsoidal clip). The
+(raw scattering coefficients). Optionally, and only with public values
+(computed by the server from its own auxiliary set, never from this
+client), the client first maps it to u = (Phi - center) / scale, projects u
+on the orthonormal columns of ``basis`` (P x r), clips and noises those r
+coordinates, and maps the result back into the embedding's space. The
 GMM-VAE applies signed log1p and a per-feature standardisation *inside* the
-model; both are post-processing of what is sent, so the guarantee holds for
-any scale, and the server needs no change. ``scale`` only decides how the
-noise is spread over features: isotropic noise in the raw space drowns the
-small second-order coefficients that the model's standardisation then
-blows up, a scale close to the features' spread spends the budget evenly.
+model; that, like the map back, is post-processing of the released vector,
+so the guarantee holds for any public center, scale and basis, and the
+server routes the result unchanged. They only decide where the budget goes:
+raw coefficients spend the clip on the mean all clients share (the
+order-0 coefficients dominate the norm), and isotropic noise in P = 1,953
+dimensions has a norm about sqrt(P) times its per-coordinate sigma; a
+center removes the shared part, a scale evens out the features, and a basis
+of r << P directions leaves noise of norm sigma * sqrt(r).
 
 Calibration: the analytic Gaussian mechanism (Balle and Wang, ICML 2018,
 Theorem 8), the smallest sigma for which the privacy-loss bound holds
@@ -157,17 +163,20 @@ def privatize_embedding(
     clip: float,
     rng: np.random.Generator,
     *,
+    center: np.ndarray | None = None,
     scale: np.ndarray | None = None,
+    basis: np.ndarray | None = None,
 ) -> np.ndarray:
     """The client's embedding after the Gaussian mechanism, ready to send (float32).
 
     ``embedding``: the (P,) vector the client would send (or (B, P), one
     release per row). ``epsilon`` None or inf returns the embedding unchanged
-    (as float32). Otherwise: u = embedding / scale (scale = 1 if None), u is
-    clipped to L2 norm ``clip``, N(0, sigma^2 I) with sigma from
-    :func:`gaussian_sigma` at sensitivity ``2 * clip`` is added, and
-    ``u * scale`` is returned. ``scale`` must be public (not computed from
-    this client's data) and > 0 everywhere.
+    (as float32). Otherwise u = (embedding - center) / scale (defaults 0 and
+    1), z = u @ basis (default: z = u), z is clipped to L2 norm ``clip``,
+    N(0, sigma^2 I) with sigma from :func:`gaussian_sigma` at sensitivity
+    ``2 * clip`` is added, and center + scale * (z @ basis.T) is returned.
+    ``center`` (P,), ``scale`` (P,) > 0 and ``basis`` (P, r) with orthonormal
+    columns must be public: fixed without looking at this client's data.
     """
     check_dp_params(epsilon, delta, clip)
     x = np.asarray(embedding)
@@ -175,12 +184,24 @@ def privatize_embedding(
         raise ValueError(f"embedding must have shape (P,) or (B, P), got {x.shape}")
     if epsilon is None or math.isinf(epsilon):
         return np.array(x, dtype=np.float32, copy=True)
-    s = np.ones(x.shape[-1]) if scale is None else np.asarray(scale, dtype=np.float64)
-    if s.shape != (x.shape[-1],) or not np.all(np.isfinite(s)) or np.any(s <= 0):
-        raise ValueError(f"scale must be ({x.shape[-1]},) finite values > 0, got shape {s.shape}")
-    u = clip_l2(x / s, clip)
+    p = x.shape[-1]
+    c = np.zeros(p) if center is None else np.asarray(center, dtype=np.float64)
+    if c.shape != (p,) or not np.all(np.isfinite(c)):
+        raise ValueError(f"center must be ({p},) finite values, got shape {c.shape}")
+    s = np.ones(p) if scale is None else np.asarray(scale, dtype=np.float64)
+    if s.shape != (p,) or not np.all(np.isfinite(s)) or np.any(s <= 0):
+        raise ValueError(f"scale must be ({p},) finite values > 0, got shape {s.shape}")
+    if basis is not None:
+        basis = np.asarray(basis, dtype=np.float64)
+        if basis.ndim != 2 or basis.shape[0] != p or basis.shape[1] < 1:
+            raise ValueError(f"basis must be ({p}, r) with r >= 1, got shape {basis.shape}")
+        if not np.allclose(basis.T @ basis, np.eye(basis.shape[1]), atol=1e-6):
+            raise ValueError("basis columns must be orthonormal (e.g. from np.linalg.qr or svd)")
+    u = np.asarray((x - c) / s, dtype=np.float64)
+    z = clip_l2(u if basis is None else u @ basis, clip)
     sigma = gaussian_sigma(epsilon, delta, 2.0 * clip)
-    noisy = (u + rng.normal(0.0, sigma, size=u.shape)) * s
+    z = z + rng.normal(0.0, sigma, size=z.shape)
+    noisy = c + s * (z if basis is None else z @ basis.T)
     # float32 overflow would make the server reject the reply as non-finite.
     big = float(np.finfo(np.float32).max)
     return np.clip(noisy, -big, big).astype(np.float32)

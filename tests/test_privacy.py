@@ -149,3 +149,43 @@ def test_bad_embedding_and_scale_are_clear_errors():
         privatize_embedding(np.ones(4), 1.0, 1e-5, 1.0, rng, scale=np.array([1.0, 0, 1, 1]))
     with pytest.raises(ValueError, match="scale must be"):
         privatize_embedding(np.ones(4), 1.0, 1e-5, 1.0, rng, scale=np.ones(3))
+
+
+def test_center_and_basis_noise_only_the_projected_coordinates():
+    rng = np.random.default_rng(3)
+    p, r = 400, 5
+    basis, _ = np.linalg.qr(np.random.default_rng(4).normal(size=(p, r)))
+    center = np.full(p, 10.0)
+    x = center + basis @ np.array([0.1, -0.2, 0.0, 0.05, 0.0])
+    sigma = gaussian_sigma(4.0, 1e-5, 2.0)
+    outs = np.stack(
+        [
+            privatize_embedding(x, 4.0, 1e-5, 1.0, rng, center=center, basis=basis)
+            for _ in range(400)
+        ]
+    ).astype(np.float64)
+    resid = outs - x
+    # The noise lives in the basis' span: nothing is left outside it.
+    outside = resid - (resid @ basis) @ basis.T
+    assert np.abs(outside).max() < 1e-3
+    assert np.std(resid @ basis) == pytest.approx(sigma, rel=0.05)
+    # The clip applies to the projected coordinates, after centring.
+    far = center + basis @ np.full(r, 100.0)
+    many = np.stack(
+        [
+            privatize_embedding(far, 4.0, 1e-5, 1.0, rng, center=center, basis=basis)
+            for _ in range(400)
+        ]
+    )
+    mean_z = ((many - center) @ basis).mean(axis=0)
+    np.testing.assert_allclose(mean_z, np.full(r, 1 / np.sqrt(r)), atol=4 * sigma / 20)
+
+
+def test_bad_center_and_basis_are_clear_errors():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="center must be"):
+        privatize_embedding(np.ones(4), 1.0, 1e-5, 1.0, rng, center=np.ones(3))
+    with pytest.raises(ValueError, match="basis must be"):
+        privatize_embedding(np.ones(4), 1.0, 1e-5, 1.0, rng, basis=np.ones((3, 2)))
+    with pytest.raises(ValueError, match="orthonormal"):
+        privatize_embedding(np.ones(4), 1.0, 1e-5, 1.0, rng, basis=np.ones((4, 2)))
