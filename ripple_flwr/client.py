@@ -32,15 +32,23 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 from ripple_flwr.config import RunSettings, settings_from_context
 from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
 from ripple_flwr.federation_cache import cached_federation
-from ripple_flwr.local import evaluate_model, train_local
+from ripple_flwr.local import evaluate_model
 from ripple_flwr.methods import get_method
 from ripple_flwr.models import build_model, get_state, set_state
+from ripple_flwr.node_state import NodeStore
 from ripple_flwr.records import record_to_state, state_to_record
-from ripple_flwr.training_rules import TRAINING_RULES
+from ripple_flwr.training_rules import (
+    CLIENT_RULES,
+    ClientRule,
+    RoundInputs,
+    Store,
+    train_with_rule,
+)
 
 log = logging.getLogger("flwr.ripple")
 
 SUMMARY_KINDS = ("embedding", "mean", "none")
+RULE_STATE_KEY = "ripple.rule-state"  # context.state: trainings this node's state has seen
 _EMBEDDERS: dict[tuple, SpectralEmbedder] = {}
 _MODELS: dict[tuple, torch.nn.Module] = {}
 _THREADS_SET: list[int] = []
@@ -133,48 +141,76 @@ def train_client(
     epochs: int,
     batch_size: int,
     config: Mapping[str, Any] | None = None,
-) -> tuple[dict[str, np.ndarray], dict[str, float | int]]:
-    """E epochs of SGD on the client's train split from ``state``; the new full state.
+    extras: Mapping[str, dict[str, np.ndarray]] | None = None,
+    store: Store | None = None,
+    returning: bool = False,
+) -> tuple[dict[str, np.ndarray], dict[str, float | int], dict[str, dict[str, np.ndarray]]]:
+    """E epochs of local training on the client's train split from ``state``.
 
     The run's method names the training rule (its registry entry); the rule
-    reads what it needs (e.g. FedProx's ``proximal-mu``) from ``config``, the
-    training message's config.
+    reads what it needs from ``config`` (the training message's config, e.g.
+    FedProx's ``proximal-mu``), ``extras`` (the message's other ArrayRecords,
+    e.g. SCAFFOLD's ``control``) and ``store`` (the node's persistent state).
+    Returns the new full state, the metrics and the rule's extra reply arrays.
     """
     _limit_threads(settings)
     fed = cached_federation(settings)
     x, y, _, _ = fed.client_data(pid)
     model = _model_for(settings, fed.dataset.image_shape, fed.dataset.num_classes)
     set_state(model, state)
-    rule = TRAINING_RULES[get_method(settings.method).client_rule]
-    penalty = rule(model, config or {})
+    inputs = RoundInputs(
+        config=config or {},
+        extras=extras or {},
+        store={} if store is None else store,
+        returning=returning,
+        lr=lr,
+        momentum=momentum,
+    )
     seed = int(np.random.SeedSequence([settings.seed, server_round, pid]).generate_state(1)[0])
-    stats = train_local(
+    stats, reply_extras = train_with_rule(
+        client_rule(settings),
         model,
         x,
         y,
+        inputs,
         epochs=epochs,
-        lr=lr,
-        momentum=momentum,
         batch_size=batch_size,
-        device=device(),
         seed=seed,
-        penalty=penalty,
+        device=device(),
     )
-    return get_state(model), {
+    metrics = {
         "num-examples": int(stats["num_examples"]),
         "train_loss": float(stats["train_loss"]),
     }
+    return get_state(model), metrics, reply_extras
+
+
+def client_rule(settings: RunSettings) -> ClientRule:
+    """A fresh instance of the run's method's client rule, with the run's settings."""
+    return CLIENT_RULES[get_method(settings.method).client_rule](settings)
 
 
 def evaluate_client(
-    settings: RunSettings, pid: int, state: dict[str, np.ndarray]
+    settings: RunSettings, pid: int, state: dict[str, np.ndarray], store: Store | None = None
 ) -> dict[str, float | int]:
-    """Loss and accuracy of ``state`` on the client's own test split."""
+    """Loss and accuracy on the client's own test split of its personalised model.
+
+    That is ``state`` itself unless the method's rule personalises it first
+    (Per-FedAvg: one step on the train split; pFedMe: the personal model kept
+    in the node's ``store``).
+    """
     _limit_threads(settings)
     fed = cached_federation(settings)
-    _, _, x, y = fed.client_data(pid)
+    x_train, y_train, x, y = fed.client_data(pid)
     model = _model_for(settings, fed.dataset.image_shape, fed.dataset.num_classes)
     set_state(model, state)
+    rule = client_rule(settings)
+    if type(rule).personalise is not ClientRule.personalise:
+        dev = torch.device(device())
+        model.to(dev)
+        xt = torch.as_tensor(np.array(x_train, dtype=np.float32), device=dev)
+        yt = torch.as_tensor(np.array(y_train, dtype=np.int64), device=dev)
+        rule.personalise(model, xt, yt, {} if store is None else store)
     stats = evaluate_model(model, x, y, device=device())
     return {
         "loss": float(stats["loss"]),
@@ -221,7 +257,13 @@ def handle_train(msg: Message, context: Context) -> Message:
     settings, pid = _settings_and_pid(context)
     config = msg.content.config_records.get("config", ConfigRecord())
     state = record_to_state(msg.content.array_records["arrays"])
-    new_state, metrics = train_client(
+    extras = {
+        name: record_to_state(record)
+        for name, record in msg.content.array_records.items()
+        if name != "arrays"
+    }
+    rule_config = msg.content.config_records.get("rule", ConfigRecord())
+    new_state, metrics, reply_extras = train_client(
         settings,
         pid,
         state,
@@ -231,8 +273,19 @@ def handle_train(msg: Message, context: Context) -> Message:
         epochs=int(config.get("local-epochs", settings.local_epochs)),
         batch_size=int(config.get("batch-size", settings.batch_size)),
         config=dict(config),
+        extras=extras,
+        store=NodeStore(context.state),
+        returning=bool(rule_config.get("returning", False)),
     )
+    if client_rule(settings).stateful:
+        # How many trainings this node's state has seen: the server compares it with how
+        # many it sent, so a node that lost its state (a restarted SuperNode) is recorded.
+        seen = context.state.config_records.get(RULE_STATE_KEY, ConfigRecord({"trained": 0}))
+        metrics["state-trained"] = int(seen["trained"])
+        context.state[RULE_STATE_KEY] = ConfigRecord({"trained": int(seen["trained"]) + 1})
     content = RecordDict({"arrays": state_to_record(new_state), "metrics": MetricRecord(metrics)})
+    for name, arrays in reply_extras.items():
+        content[name] = state_to_record(arrays)
     return Message(content, reply_to=msg)
 
 
@@ -240,7 +293,7 @@ def handle_evaluate(msg: Message, context: Context) -> Message:
     """Evaluate the received model on the client's own test split."""
     settings, pid = _settings_and_pid(context)
     state = record_to_state(msg.content.array_records["arrays"])
-    metrics = evaluate_client(settings, pid, state)
+    metrics = evaluate_client(settings, pid, state, NodeStore(context.state))
     metrics["partition-id"] = pid
     return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
@@ -70,6 +71,12 @@ class RunSettings:
     proximal_mu : FedProx's mu (clients add mu/2 ||w - w_global||^2).
     fedopt_eta, fedopt_beta1, fedopt_beta2, fedopt_tau : the server optimiser of
         FedAdam / FedYogi / FedAdagrad (the paper: beta1 0.9, beta2 0.99, tau 1e-3).
+    feddyn_alpha : FedDyn's alpha (the paper: 0.01).
+    perfedavg_alpha, perfedavg_beta : Per-FedAvg's inner step (the paper: 0.01) and
+        meta step (1e-3, as in common reference code).
+    pfedme_lambda, pfedme_inner_steps, pfedme_personal_lr, pfedme_beta : pFedMe's
+        lambda and K (the paper: 15, 5), the inner solver's step and the server's
+        mixing beta (pFedMe's paper: 0.09 on MNIST, 1.0).
     """
 
     method: str = "ripple"
@@ -104,6 +111,13 @@ class RunSettings:
     fedopt_beta1: float = 0.9
     fedopt_beta2: float = 0.99
     fedopt_tau: float = 1e-3
+    feddyn_alpha: float = 0.01
+    perfedavg_alpha: float = 0.01
+    perfedavg_beta: float = 1e-3
+    pfedme_lambda: float = 15.0
+    pfedme_inner_steps: int = 5
+    pfedme_personal_lr: float = 0.09
+    pfedme_beta: float = 1.0
     refine: Refine = "none"
     min_cluster_size: int = 3
     best_by_loss: bool = True
@@ -239,6 +253,22 @@ class RunSettings:
                 raise ConfigError(f"{key} must be in [0, 1), got {value}")
         if not self.fedopt_tau > 0:
             raise ConfigError(f"fedopt-tau (adaptivity) must be > 0, got {self.fedopt_tau}")
+        for key, value in (
+            ("feddyn-alpha", self.feddyn_alpha),
+            ("perfedavg-alpha", self.perfedavg_alpha),
+            ("perfedavg-beta", self.perfedavg_beta),
+            ("pfedme-lambda", self.pfedme_lambda),
+            ("pfedme-personal-lr", self.pfedme_personal_lr),
+        ):
+            if not (value > 0 and math.isfinite(value)):
+                raise ConfigError(f"{key} must be a finite number > 0, got {value}")
+        if self.pfedme_inner_steps < 1:
+            raise ConfigError(f"pfedme-inner-steps must be >= 1, got {self.pfedme_inner_steps}")
+        if not 0.0 < self.pfedme_beta <= 2.0:
+            raise ConfigError(
+                f"pfedme-beta (server mixing) must be in (0, 2] (1 = plain mean), got "
+                f"{self.pfedme_beta}"
+            )
         for key, value in (
             ("node-wait-timeout", self.node_wait_timeout),
             ("round-timeout", self.round_timeout),

@@ -81,11 +81,18 @@ def train_local(
     seed: int = 0,
     weight_decay: float = 0.0,
     penalty: Callable[[], torch.Tensor] | None = None,
+    correct: Callable[[], None] | None = None,
+    step: Callable[[nn.Module, torch.optim.Optimizer, torch.Tensor, torch.Tensor], torch.Tensor]
+    | None = None,
 ) -> dict[str, float | int]:
     """Train ``model`` in place for ``epochs`` epochs of SGD with momentum on (x, y).
 
-    ``penalty`` (a method's training rule, e.g. FedProx's proximal term) is
-    added to every batch's loss; the reported loss is the data loss alone.
+    A method's training rule (:mod:`ripple_flwr.training_rules`) hooks in:
+    ``penalty`` (e.g. FedProx's proximal term) is added to every batch's loss;
+    ``correct`` changes the gradients after each backward pass (SCAFFOLD);
+    ``step(model, optimiser, xb, yb)`` replaces the whole step on a batch and
+    returns its data loss (Per-FedAvg, pFedMe). The reported loss is the data
+    loss alone.
 
     A fresh optimiser each call (no momentum carried between rounds, as in
     FedAvg). Shuffling and dropout draw from RNGs seeded with ``seed`` inside
@@ -123,10 +130,16 @@ def train_local(
             for _ in range(epochs):
                 order = torch.randperm(n, generator=shuffle).to(dev)
                 for idx in _batches(n, batch_size, order):
+                    if step is not None:
+                        total += step(model, optimiser, xt[idx], yt[idx]).detach()
+                        steps += 1
+                        continue
                     optimiser.zero_grad(set_to_none=True)
                     loss = F.cross_entropy(model(xt[idx]), yt[idx])
                     objective = loss if penalty is None else loss + penalty()
                     objective.backward()
+                    if correct is not None:
+                        correct()
                     optimiser.step()
                     total += loss.detach()
                     steps += 1

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from ripple_flwr.training_rules import TRAINING_RULES
+from ripple_flwr.training_rules import CLIENT_RULES
 
 if TYPE_CHECKING:
     from ripple_flwr.config import RunSettings
@@ -51,7 +51,7 @@ class MethodSpec:
         ``one`` (a global model) or ``per-client``.
     exports : what a saved run keeps for onboarding outside the run:
         ``clusters`` (with the router), ``global`` or ``none``.
-    client_rule : the key of the clients' training rule in ``TRAINING_RULES``.
+    client_rule : the key of the clients' training rule in ``CLIENT_RULES``.
     needs_router : the server loads or pre-trains the GMM-VAE and clients send
         their summary in the one-shot round.
     routing_weights : the method has per-client weights w that Ripple-HDB can refine.
@@ -78,10 +78,10 @@ class MethodSpec:
             raise ValueError(f"method {self.name!r}: models={self.models!r} not in {ModelCount}")
         if self.exports not in get_args(Export):
             raise ValueError(f"method {self.name!r}: exports={self.exports!r} not in {Export}")
-        if self.client_rule not in TRAINING_RULES:
+        if self.client_rule not in CLIENT_RULES:
             raise ValueError(
                 f"method {self.name!r}: client_rule={self.client_rule!r} is not one of "
-                f"{', '.join(TRAINING_RULES)}"
+                f"{', '.join(CLIENT_RULES)}"
             )
         if self.exports == "clusters" and not self.needs_router:
             raise ValueError(f"method {self.name!r} exports clusters but has no router")
@@ -203,6 +203,46 @@ register(
         _strategy_class("ripple_flwr.strategies.fedadagrad", "FedAdagradMethod"),
         models="one",
         exports="global",
+    )
+)
+register(
+    MethodSpec(
+        "scaffold",
+        "SCAFFOLD: server control c and client controls c_i correct every local step",
+        _strategy_class("ripple_flwr.strategies.scaffold", "Scaffold"),
+        models="one",
+        exports="global",
+        client_rule="scaffold",
+    )
+)
+register(
+    MethodSpec(
+        "feddyn",
+        "FedDyn: clients add -<g_k, theta> + alpha/2 ||theta - theta_prev||^2, server state h",
+        _strategy_class("ripple_flwr.strategies.feddyn", "FedDyn"),
+        models="one",
+        exports="global",
+        client_rule="feddyn",
+    )
+)
+register(
+    MethodSpec(
+        "perfedavg",
+        "Per-FedAvg (first order): MAML steps, scored after one alpha step on the train split",
+        _strategy_class("ripple_flwr.strategies.perfedavg", "PerFedAvg"),
+        models="one",
+        exports="global",
+        client_rule="perfedavg",
+    )
+)
+register(
+    MethodSpec(
+        "pfedme",
+        "pFedMe: Moreau-envelope personal models theta_tilde, server beta-mix of local models",
+        _strategy_class("ripple_flwr.strategies.pfedme", "PFedMe"),
+        models="one",
+        exports="global",
+        client_rule="pfedme",
     )
 )
 register(
