@@ -96,6 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", default="", help="GMM-VAE checkpoint for the dataset")
     p.add_argument("--plot", default="outputs/accuracy.png")
     p.add_argument("--json", default="", help="also write the JSON line to this file")
+    p.add_argument(
+        "--reference",
+        default="",
+        help="JSON line of an earlier run of this benchmark: its curves of --reference-methods "
+        "are drawn dashed beside this run's (e.g. Ripple, its oracle and local-only)",
+    )
+    p.add_argument(
+        "--reference-methods", nargs="*", default=["ripple-strat-gmm-vae", "oracle", "local"]
+    )
     p.add_argument("--out", default="", help="folder for the per-run results files")
     p.add_argument(
         "--reuse",
@@ -149,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             gaps = np.asarray(curves[ref][1]) - np.asarray(curves[name][1])
             summary[name]["max_gap_to_oracle"] = float(gaps.max())
             summary[name]["max_gap_round"] = int(curves[name][0][int(gaps.argmax())])
-    plot(curves, args)
+    reference = reference_curves(args)
+    plot(curves, args, reference)
     line = json.dumps(
         {
             "dataset": args.dataset,
@@ -158,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             "clients": args.clients,
             "methods": summary,
             "plot": args.plot,
+            **({"reference": {"file": args.reference, "curves": reference}} if reference else {}),
         }
     )
     print(line)
@@ -167,7 +178,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def plot(curves: dict[str, list], args: argparse.Namespace) -> None:
+def reference_curves(args: argparse.Namespace) -> dict[str, list]:
+    """Seed-mean curves of ``--reference-methods`` from an earlier JSON line (``--reference``)."""
+    if not args.reference:
+        return {}
+    ref = json.loads(Path(args.reference).read_text())
+    seeds = ",".join(str(s) for s in ref.get("seeds", []))
+    return {
+        f"{name} (seeds {seeds})": ref["methods"][name]["curve"]
+        for name in args.reference_methods
+        if name in ref.get("methods", {})
+    }
+
+
+def plot(
+    curves: dict[str, list], args: argparse.Namespace, reference: dict[str, list] | None = None
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -176,6 +202,8 @@ def plot(curves: dict[str, list], args: argparse.Namespace) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, (rounds, acc) in curves.items():
         ax.plot(rounds, acc, label=name, marker="." if len(rounds) < 40 else None)
+    for name, (rounds, acc) in (reference or {}).items():
+        ax.plot(rounds, acc, label=name, linestyle="--")
     ax.set_xlabel("round")
     ax.set_ylabel("personalised accuracy (weighted mean)")
     ax.set_title(f"{args.dataset}: {args.clients} clients, Dir(0.1), seeds {args.seeds}")

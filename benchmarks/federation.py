@@ -7,6 +7,9 @@ prints ONE JSON line:
 - ``bytes_per_round_ratio_vs_fedavg``: (down + up) bytes per round, measured
   from the ArrayRecords of the messages of both runs (must be 1.000);
 - ``embedding_bytes_per_client``: the one-shot summary each client sends once;
+- ``bytes_per_round_vs_fedavg``: the same ratio for each of ``--methods``
+  (default SCAFFOLD, FedDyn, Per-FedAvg, pFedMe), with their bytes per round:
+  SCAFFOLD's control variate travels both ways beside the model;
 - ``round_wall_ratio_vs_fedavg``: wall time of a whole round in simulation
   (configure, client training, aggregation), median over rounds, Ripple /
   FedAvg: what Ripple's server-side work (mixing K models per client, eq. 9)
@@ -18,7 +21,7 @@ prints ONE JSON line:
   1 by construction; its absolute value (milliseconds) is what matters;
 - the raw numbers behind them.
 
-    python benchmarks/federation.py [--rounds 10] [--cache-dir DIR]
+    python benchmarks/federation.py [--rounds 10] [--cache-dir DIR] [--methods scaffold ...]
 """
 
 from __future__ import annotations
@@ -62,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--cache-dir", default="", help="default: $RIPPLE_CACHE_DIR or ~/.cache")
+    p.add_argument(
+        "--methods",
+        nargs="*",
+        default=["scaffold", "feddyn", "perfedavg", "pfedme"],
+        help="other registered methods whose bytes per round are compared with FedAvg's",
+    )
     args = p.parse_args(argv)
     logging.getLogger("flwr").setLevel(logging.WARNING)
     import torch
@@ -70,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         ripple = run("ripple", args.rounds, args.cache_dir, Path(tmp))
         fedavg = run("fedavg", args.rounds, args.cache_dir, Path(tmp))
+        others = {m: run(m, args.rounds, args.cache_dir, Path(tmp)) for m in args.methods}
 
     def per_round(r: dict, key: str) -> list[float]:
         return [float(x[key]) for x in r["rounds"]]
@@ -83,11 +93,16 @@ def main(argv: list[str] | None = None) -> int:
     wall_r = float(np.median(per_round(ripple, "wall_seconds")[1:]))
     wall_f = float(np.median(per_round(fedavg, "wall_seconds")[1:]))
     bytes_r, bytes_f = float(np.mean(traffic(ripple))), float(np.mean(traffic(fedavg)))
+    others_bytes = {m: float(np.mean(traffic(r))) for m, r in others.items()}
     print(
         json.dumps(
             {
                 "bytes_per_round_ratio_vs_fedavg": round(bytes_r / bytes_f, 3),
                 "embedding_bytes_per_client": ripple["embedding_bytes_per_client"],
+                "bytes_per_round_vs_fedavg": {
+                    m: round(b / bytes_f, 3) for m, b in others_bytes.items()
+                },
+                "bytes_per_round": {"fedavg": bytes_f, **others_bytes},
                 "round_wall_ratio_vs_fedavg": round(wall_r / wall_f, 3),
                 "server_seconds_ratio_vs_fedavg": round(srv_r / srv_f, 3),
                 "ripple_server_seconds_per_round": srv_r,
