@@ -63,7 +63,12 @@ __all__ = [
     "clip_l2",
     "gaussian_sigma",
     "privatize_embedding",
+    "reference_projection",
 ]
+
+
+# exp(80) ~ 5.5e34 < float32 max ~ 3.4e38.
+_LOG_CAP = 80.0
 
 
 def check_dp_params(epsilon: float | None, delta: float, clip: float) -> None:
@@ -166,6 +171,8 @@ def privatize_embedding(
     center: np.ndarray | None = None,
     scale: np.ndarray | None = None,
     basis: np.ndarray | None = None,
+    lift: np.ndarray | None = None,
+    log_space: bool = False,
 ) -> np.ndarray:
     """The client's embedding after the Gaussian mechanism, ready to send (float32).
 
@@ -174,9 +181,15 @@ def privatize_embedding(
     (as float32). Otherwise u = (embedding - center) / scale (defaults 0 and
     1), z = u @ basis (default: z = u), z is clipped to L2 norm ``clip``,
     N(0, sigma^2 I) with sigma from :func:`gaussian_sigma` at sensitivity
-    ``2 * clip`` is added, and center + scale * (z @ basis.T) is returned.
-    ``center`` (P,), ``scale`` (P,) > 0 and ``basis`` (P, r) with orthonormal
-    columns must be public: fixed without looking at this client's data.
+    ``2 * clip`` is added, and center + scale * (z @ lift.T) is returned
+    (``lift`` defaults to ``basis``: an orthogonal projection; see
+    :func:`reference_projection` for a better one). ``center`` (P,), ``scale``
+    (P,) > 0, ``basis`` (P, r) with orthonormal columns and ``lift`` (P, r)
+    must be public: fixed without looking at this client's data.
+    ``log_space``: apply signed log1p first and its inverse last, so that with
+    the GMM-VAE's own ``feature_mean`` / ``feature_std`` as center and scale
+    the mechanism acts exactly on the vector the model reads (the inverse is
+    capped at |log1p| = 80 to stay finite in float32).
     """
     check_dp_params(epsilon, delta, clip)
     x = np.asarray(embedding)
@@ -197,11 +210,57 @@ def privatize_embedding(
             raise ValueError(f"basis must be ({p}, r) with r >= 1, got shape {basis.shape}")
         if not np.allclose(basis.T @ basis, np.eye(basis.shape[1]), atol=1e-6):
             raise ValueError("basis columns must be orthonormal (e.g. from np.linalg.qr or svd)")
-    u = np.asarray((x - c) / s, dtype=np.float64)
+        lift = basis if lift is None else np.asarray(lift, dtype=np.float64)
+        if lift.shape != basis.shape or not np.all(np.isfinite(lift)):
+            raise ValueError(f"lift must be {basis.shape} finite values, got shape {lift.shape}")
+    elif lift is not None:
+        raise ValueError("lift maps basis coordinates back; give a basis with it")
+    xs = np.asarray(x, dtype=np.float64)
+    if log_space:
+        xs = np.sign(xs) * np.log1p(np.abs(xs))
+    u = (xs - c) / s
     z = clip_l2(u if basis is None else u @ basis, clip)
     sigma = gaussian_sigma(epsilon, delta, 2.0 * clip)
     z = z + rng.normal(0.0, sigma, size=z.shape)
-    noisy = c + s * (z if basis is None else z @ basis.T)
+    noisy = c + s * (z if lift is None else z @ lift.T)
+    if log_space:
+        noisy = np.sign(noisy) * np.expm1(np.minimum(np.abs(noisy), _LOG_CAP))
     # float32 overflow would make the server reject the reply as non-finite.
     big = float(np.finfo(np.float32).max)
     return np.clip(noisy, -big, big).astype(np.float32)
+
+
+def reference_projection(
+    reference: np.ndarray, targets: np.ndarray, ridge: float = 10.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Public ``(mean, basis, lift)`` from the server's labelled reference clients.
+
+    ``reference`` (N, P): the server's synthetic clients in the space the
+    mechanism works in (e.g. the GMM-VAE's normalised input); ``targets``
+    (N, K): their mixtures. ``basis`` spans the ridge-regression directions
+    that predict the mixture (r <= K - 1 orthonormal columns), so the clip and
+    the noise are spent on what routing reads. ``lift`` maps r coordinates back
+    to the conditional mean of the whole vector under the reference's
+    covariance, Sigma B (B^T Sigma B)^-1, which keeps the released vector
+    where the router was trained (an orthogonal projection does not).
+    """
+    x = np.asarray(reference, dtype=np.float64)
+    y = np.asarray(targets, dtype=np.float64)
+    if x.ndim != 2 or y.ndim != 2 or len(x) != len(y) or len(x) < 2:
+        raise ValueError(
+            f"reference (N, P) and targets (N, K) need the same N >= 2, got {x.shape}, {y.shape}"
+        )
+    if not ridge > 0:
+        raise ValueError(f"ridge must be > 0, got {ridge}")
+    mean = x.mean(axis=0)
+    xc, yc = x - mean, y - y.mean(axis=0)
+    # Ridge in its dual form: an N x N solve, whatever P is.
+    coef = xc.T @ np.linalg.solve(xc @ xc.T + ridge * np.eye(len(x)), yc)
+    u, sv, _ = np.linalg.svd(coef, full_matrices=False)
+    keep = sv > sv.max() * 1e-8 if sv.size and sv.max() > 0 else np.zeros(0, bool)
+    if not np.any(keep):
+        raise ValueError("the reference does not predict the targets (all coefficients are 0)")
+    basis = u[:, keep]
+    cov_b = xc.T @ (xc @ basis) / (len(x) - 1)  # Sigma B without the P x P matrix
+    lift = cov_b @ np.linalg.inv(basis.T @ cov_b)
+    return mean, basis, lift

@@ -189,3 +189,49 @@ def test_bad_center_and_basis_are_clear_errors():
         privatize_embedding(np.ones(4), 1.0, 1e-5, 1.0, rng, basis=np.ones((3, 2)))
     with pytest.raises(ValueError, match="orthonormal"):
         privatize_embedding(np.ones(4), 1.0, 1e-5, 1.0, rng, basis=np.ones((4, 2)))
+
+
+def test_log_space_noises_what_the_model_reads():
+    rng = np.random.default_rng(5)
+    n = 20_000
+    center, scale = np.full(n, 0.5), np.full(n, 0.2)
+    small = np.random.default_rng(6).normal(size=n) * 1e-4  # inside the clip
+    x = np.expm1(center + scale * small)
+    out = privatize_embedding(
+        x, 8.0, 1e-5, 1.0, rng, center=center, scale=scale, log_space=True
+    ).astype(np.float64)
+    # The model's view: (signed log1p - center) / scale; the noise there is N(0, sigma^2).
+    view = lambda v: (np.sign(v) * np.log1p(np.abs(v)) - center) / scale  # noqa: E731
+    sigma = gaussian_sigma(8.0, 1e-5, 2.0)
+    assert np.std(view(out) - view(x)) == pytest.approx(sigma, rel=0.03)
+    huge = privatize_embedding(np.ones(10), 1e-3, 1e-12, 1e36, rng, log_space=True)
+    assert np.all(np.isfinite(huge))
+
+
+def test_reference_projection_spans_the_predictive_directions():
+    from ripple_flwr.privacy import reference_projection
+
+    rng = np.random.default_rng(7)
+    n, p, k = 300, 40, 4
+    latent = rng.dirichlet(np.ones(k), size=n)  # targets, rows sum to 1
+    mixing = rng.normal(size=(k, p))
+    x = latent @ mixing + 0.01 * rng.normal(size=(n, p)) + 3.0
+    mean, basis, lift = reference_projection(x, latent, ridge=1e-3)
+    assert basis.shape == (p, k - 1) and lift.shape == (p, k - 1)  # sums to 1: K-1 directions
+    np.testing.assert_allclose(basis.T @ basis, np.eye(k - 1), atol=1e-10)
+    np.testing.assert_allclose(basis.T @ lift, np.eye(k - 1), atol=1e-8)  # z survives the lift
+    np.testing.assert_allclose(mean, x.mean(axis=0))
+    z = (x - mean) @ basis
+    by_lift = np.abs(mean + z @ lift.T - x).mean()
+    by_projection = np.abs(mean + z @ basis.T - x).mean()
+    assert by_lift < 0.2 * by_projection  # the conditional mean rebuilds correlated features
+    out = privatize_embedding(
+        x[:3], 16.0, 1e-5, 10.0, rng, center=mean, basis=basis, lift=lift
+    ).astype(np.float64)
+    assert out.shape == (3, p) and np.all(np.isfinite(out))
+    with pytest.raises(ValueError, match="lift must be"):
+        privatize_embedding(x[0], 1.0, 1e-5, 1.0, rng, basis=basis, lift=lift[:, :1])
+    with pytest.raises(ValueError, match="give a basis with it"):
+        privatize_embedding(x[0], 1.0, 1e-5, 1.0, rng, lift=lift)
+    with pytest.raises(ValueError, match="same N"):
+        reference_projection(x, latent[:10])
