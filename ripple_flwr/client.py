@@ -10,7 +10,8 @@ Message contents (the wire protocol of the app):
 - ``query.embed``: in ``config`` a ConfigRecord with ``summary`` in
   ``embedding | mean | none``; reply ``summary`` (ArrayRecord with ``phi``,
   absent for ``none``) and ``info`` (ConfigRecord: partition-id,
-  num-partitions, num-examples).
+  num-partitions, num-examples, num-test-examples: the split sizes the server
+  holds the client to from then on).
 - ``train``: ``arrays`` (the model) and ``config`` (server-round, lr,
   momentum, local-epochs, batch-size); reply ``arrays`` (the trained full
   weights) and ``metrics`` (num-examples, train_loss).
@@ -241,6 +242,7 @@ def handle_query(msg: Message, context: Context) -> Message:
                     "partition-id": pid,
                     "num-partitions": settings.total_partitions,
                     "num-examples": int(len(fed.train_indices[pid])),
+                    "num-test-examples": int(len(fed.test_indices[pid])),
                     "summary": kind,
                     "seconds": float(seconds),
                 }

@@ -69,6 +69,11 @@ class RunSettings:
     eval_every : evaluate personalised models every this many rounds (and after the last).
     client_threads : torch threads per client process (0 = torch's default).
     proximal_mu : FedProx's mu (clients add mu/2 ||w - w_global||^2).
+    update_norm_factor : a training reply whose update norm exceeds this many times the
+        round's (low) median is dropped and named (0: off).
+    max_update_norm : an absolute bound on a reply's update norm (0: off).
+    max_failures : training rounds a client may fail in a row before it is left out of
+        sampling (it is sampled again once it answers an evaluation).
     fedopt_eta, fedopt_beta1, fedopt_beta2, fedopt_tau : the server optimiser of
         FedAdam / FedYogi / FedAdagrad (the paper: beta1 0.9, beta2 0.99, tau 1e-3).
     feddyn_alpha : FedDyn's alpha (the paper: 0.01).
@@ -118,6 +123,9 @@ class RunSettings:
     pfedme_inner_steps: int = 5
     pfedme_personal_lr: float = 0.09
     pfedme_beta: float = 1.0
+    update_norm_factor: float = 10.0
+    max_update_norm: float = 0.0
+    max_failures: int = 3
     refine: Refine = "none"
     min_cluster_size: int = 3
     best_by_loss: bool = True
@@ -210,6 +218,7 @@ class RunSettings:
             ("pretrain-steps", self.pretrain_steps, 1),
             ("pretrain-client-size", self.pretrain_client_size, 0),
             ("client-threads", self.client_threads, 0),
+            ("max-failures", self.max_failures, 1),
         ):
             if value < low:
                 raise ConfigError(f"{key} must be >= {low}, got {value}")
@@ -251,6 +260,17 @@ class RunSettings:
         ):
             if not 0.0 <= value < 1.0:
                 raise ConfigError(f"{key} must be in [0, 1), got {value}")
+        for key, value in (
+            ("update-norm-factor", self.update_norm_factor),
+            ("max-update-norm", self.max_update_norm),
+        ):
+            if not (value >= 0 and value < float("inf")):
+                raise ConfigError(f"{key} must be >= 0 (0 turns it off), got {value}")
+        if 0 < self.update_norm_factor <= 1:
+            raise ConfigError(
+                f"update-norm-factor={self.update_norm_factor} would drop honest updates above "
+                "the round's median; use a value > 1 (default 10), or 0 to turn it off"
+            )
         if not self.fedopt_tau > 0:
             raise ConfigError(f"fedopt-tau (adaptivity) must be > 0, got {self.fedopt_tau}")
         for key, value in (

@@ -41,7 +41,7 @@ class ToyClients:
         pid = int(context.node_config["partition-id"])
         kind = msg.metadata.message_type
         if kind.startswith("query"):
-            info = ConfigRecord({"partition-id": pid, "num-partitions": 4, "num-examples": 10})
+            info = ConfigRecord({"partition-id": pid, "num-partitions": 4, "num-examples": 10 + pid})
             return Message(RecordDict({"info": info}), reply_to=msg)
         state = record_to_state(msg.content.array_records["arrays"])
         if kind == "train":
@@ -205,10 +205,20 @@ def test_query_failures_leave_clients_out_and_the_run_goes_on(caplog):
     assert "left out of training" in caplog.text
 
 
-def test_too_few_clients_after_query_is_a_clear_error():
+def test_fewer_usable_clients_than_clients_per_round_means_smaller_rounds(caplog):
     faults = {1: _error_on("query"), 2: _silent_on("query")}
+    _, strategy, grid, toy = toy_run(faults=faults, clients=3, **{"num-server-rounds": 2})
+    with caplog.at_level("WARNING", logger="flwr.ripple"):
+        strategy.start(grid, state_to_record(TOY_STATE), num_rounds=2)
+    assert "only 2 usable clients after the query round but clients-per-round=3" in caplog.text
+    assert [sorted(r.sampled) for r in strategy.ledger.rounds] == [[0, 3], [0, 3]]
+    assert sorted(toy.trained) == [0, 0, 3, 3]
+
+
+def test_no_usable_client_is_a_clear_error():
+    faults = {p: _error_on("query") for p in range(4)}
     _, strategy, grid, _ = toy_run(faults=faults, clients=3)
-    with pytest.raises(NotEnoughClientsError, match=r"only 2 usable clients.*clients-per-round=3"):
+    with pytest.raises(NotEnoughClientsError, match=r"no usable training client.*at least 1"):
         strategy.start(grid, state_to_record(TOY_STATE), num_rounds=1)
 
 

@@ -52,6 +52,9 @@ class EvaluationRecord:
     round: int
     bytes_down: int = 0
     wall_seconds: float = 0.0
+    expected: int = 0  # clients sent a model to score
+    scored: int = 0  # clients whose score counts (the headline covers these)
+    coverage: float = 0.0  # scored / expected
     accuracy: dict[str, float] = field(default_factory=dict)
     loss: dict[str, float] = field(default_factory=dict)
     clients: list[ClientScore] = field(default_factory=list)

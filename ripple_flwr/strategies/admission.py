@@ -27,6 +27,9 @@ log = logging.getLogger("flwr.ripple")
 QUERY_TYPE = f"{MessageType.QUERY}.embed"
 
 
+MIN_CLIENTS = 1  # below this many usable training clients a run stops with an error
+
+
 class NotEnoughClientsError(RuntimeError):
     """Too few usable clients to run the configured federation."""
 
@@ -85,6 +88,7 @@ class QueryResult:
     rejected: dict[int, str] = field(default_factory=dict)
     bytes_up: list[int] = field(default_factory=list)
     client_seconds: list[float] = field(default_factory=list)
+    num_test: list[int] = field(default_factory=list)  # test split sizes (0: not reported)
 
     def __len__(self) -> int:
         return len(self.node_ids)
@@ -99,6 +103,7 @@ class QueryResult:
             features=None if self.features is None else self.features[rows],
             bytes_up=[self.bytes_up[r] for r in rows] if self.bytes_up else [],
             client_seconds=[self.client_seconds[r] for r in rows] if self.client_seconds else [],
+            num_test=[self.num_test[r] for r in rows] if self.num_test else [],
         )
 
     def extend(self, other: QueryResult) -> None:
@@ -114,7 +119,17 @@ class QueryResult:
             )
         self.bytes_up += other.bytes_up
         self.client_seconds += other.client_seconds
+        self.num_test += other.num_test
         self.rejected.update(other.rejected)
+
+    def known_train(self, row: int) -> int | None:
+        """The training split size the client reported once, in the query round."""
+        n = self.num_examples[row] if row < len(self.num_examples) else 0
+        return int(n) if n > 0 else None
+
+    def known_tests(self) -> list[int | None]:
+        """The test split sizes reported in the query round, by row (``None``: unknown)."""
+        return [int(n) if n > 0 else None for n in self.num_test] or [None] * len(self)
 
 
 def validate_summary(record: RecordDict, kind: str, dim: int | None) -> np.ndarray | None:
@@ -160,11 +175,19 @@ def query_round(
         for nid in node_ids
     ]
     replies = send_and_receive(grid, messages, timeout)
+    # Match each reply to the message it answers (ids are set when pushed), not to its sender.
+    asked = {str(m.metadata.message_id): int(m.metadata.dst_node_id) for m in messages}
     rejected: dict[int, str] = {}
-    rows: dict[int, tuple[int, int, np.ndarray | None, int, float]] = {}
+    rows: dict[int, tuple[int, int, np.ndarray | None, int, float, int]] = {}
     answered = set()
     for msg in replies:
-        nid = int(msg.metadata.src_node_id)
+        nid = asked.get(str(msg.metadata.reply_to_message_id))
+        if nid is None or nid in answered:
+            log.warning(
+                "ignoring a reply (from node %d) that answers no query of this round",
+                int(msg.metadata.src_node_id),
+            )
+            continue
         answered.add(nid)
         if msg.has_error():
             rejected[nid] = f"error in query round: {msg.error.reason}"
@@ -192,6 +215,7 @@ def query_round(
             phi,
             message_nbytes(msg),
             float(info.get("seconds", 0.0)),
+            int(info.get("num-test-examples", 0)),
         )
     for nid in node_ids:
         if int(nid) not in answered:
@@ -210,6 +234,7 @@ def query_round(
         rejected=rejected,
         bytes_up=[rows[p][3] for p in order],
         client_seconds=[rows[p][4] for p in order],
+        num_test=[rows[p][5] for p in order],
     )
 
 
@@ -263,11 +288,20 @@ class ClientRoster:
         clients, new = split_new(everyone, s.num_partitions)
         clients.rejected = everyone.rejected
         self.new_clients = new
-        if len(clients) < s.clients_per_round:
-            reasons = "; ".join(f"node {n}: {r}" for n, r in list(clients.rejected.items())[:5])
+        reasons = "; ".join(f"node {n}: {r}" for n, r in list(clients.rejected.items())[:5])
+        if len(clients) < MIN_CLIENTS:
             raise NotEnoughClientsError(
-                f"only {len(clients)} usable clients after the query round, but "
-                f"clients-per-round={s.clients_per_round}. Left out: {reasons}"
+                f"no usable training client after the query round (the run needs at least "
+                f"{MIN_CLIENTS}). Left out: {reasons}"
+            )
+        if len(clients) < s.clients_per_round:
+            log.warning(
+                "only %d usable clients after the query round but clients-per-round=%d: "
+                "every round trains all %d. Left out: %s",
+                len(clients),
+                s.clients_per_round,
+                len(clients),
+                reasons,
             )
         log.info(
             "query round: %d clients usable, %d held out for zero-shot onboarding, "

@@ -22,9 +22,10 @@ from flwr.serverapp import Grid
 
 from ripple_flwr.config import RunSettings
 from ripple_flwr.mixing import uniform_sample
-from ripple_flwr.records import state_to_record
+from ripple_flwr.records import record_to_state, state_to_record
 from ripple_flwr.results import arrayrecord_nbytes, message_nbytes
-from ripple_flwr.strategies.accounting import EvaluationRecord, Ledger, RoundRecord
+from ripple_flwr.robust import out_of_bound, update_norm
+from ripple_flwr.strategies.accounting import Dropped, EvaluationRecord, Ledger, RoundRecord
 from ripple_flwr.strategies.admission import ClientRoster, QueryResult
 from ripple_flwr.strategies.evaluation import evaluate_messages, score_stats
 from ripple_flwr.strategies.grid import PollingGrid
@@ -80,10 +81,12 @@ class AppStrategy:
         self.ledger = Ledger()
         self.roster = ClientRoster(settings, self.summary_kind, self.summary_dim)
         self.final_global: ArrayRecord | None = None
-        self._pending: dict[int, int] = {}
+        self._sent_messages: list[tuple[int, Message]] = []  # (row, training message) this round
         self._round: RoundRecord | None = None
         self._round_start = 0.0
-        self._eval_pending: dict[int, int] = {}
+        self._accepted_norms: list[float] = []  # the previous round's, for the update bound
+        self.failures: dict[int, int] = {}  # row -> training rounds failed in a row
+        self._eval_sent: list[tuple[int, Message]] = []
         self._eval: EvaluationRecord | None = None
         self._eval_start = 0.0
 
@@ -117,9 +120,24 @@ class AppStrategy:
         """Called once after the query round, before round 1 (nothing to do by default)."""
         return None
 
+    def active_rows(self) -> np.ndarray:
+        """Rows that may be sampled: not failed ``max-failures`` training rounds in a row."""
+        limit = self.settings.max_failures
+        return np.array(
+            [r for r in range(len(self.clients)) if self.failures.get(r, 0) < limit],
+            dtype=np.int64,
+        )
+
+    def round_size(self, available: int) -> int:
+        """Clients per round, fewer when fewer are usable (a smaller round, not a failure)."""
+        return min(self.settings.clients_per_round, available)
+
     def sample_rows(self, server_round: int) -> np.ndarray:
-        """Rows (clients) trained this round: uniform without replacement by default."""
-        return uniform_sample(len(self.clients), self.settings.clients_per_round, self.rng)
+        """Rows (clients) trained this round: uniform without replacement over active rows."""
+        active = self.active_rows()
+        if not len(active):
+            return active
+        return active[uniform_sample(len(active), self.round_size(len(active)), self.rng)]
 
     def add_clients(self, joined: QueryResult) -> None:
         """Training clients that connected after the one-shot round join the roster."""
@@ -196,31 +214,109 @@ class AppStrategy:
         return rows
 
     def record_sent(self, rows: np.ndarray, messages: list[Message]) -> list[Message]:
-        """Remember which node got which row, count the bytes; messages in row order."""
+        """Remember which message went to which row, count the bytes; messages in row order."""
         node_row = {self.clients.node_ids[int(r)]: int(r) for r in rows}
         messages = sorted(messages, key=lambda m: node_row[int(m.metadata.dst_node_id)])
-        self._pending = {
-            int(m.metadata.dst_node_id): node_row[int(m.metadata.dst_node_id)] for m in messages
-        }
+        self._sent_messages = [(node_row[int(m.metadata.dst_node_id)], m) for m in messages]
         self._round.bytes_down = sum(message_nbytes(m) for m in messages)
         self._round.server_seconds = time.perf_counter() - self._round_start
         return messages
 
     def accept_replies(self, server_round: int, replies: Iterable[Message]) -> list[Accepted]:
-        """Validate every reply in one place; the usable ones in row order."""
+        """Validate every reply in one place; the usable ones in row order.
+
+        A reply is matched to the message it answers; its model must pass
+        :func:`~ripple_flwr.strategies.replies.validate_train_reply`; its
+        ``num-examples`` is held to the client's training split size from the
+        query round; its update must be in proportion with the round's (see
+        :func:`ripple_flwr.robust.out_of_bound`). Clients that failed
+        ``max-failures`` rounds in a row are left out of sampling.
+        """
         replies = list(replies)
         self._round.bytes_up = sum(message_nbytes(m) for m in replies)
+        # Ids are set when the grid pushes the messages, after configure_train returned them.
+        pending = {str(m.metadata.message_id): row for row, m in self._sent_messages}
         accepted, dropped = check_train_replies(
             replies,
-            self._pending,
+            pending,
             self.reference,
             self.clients.partition_ids,
             server_round,
             self.settings.round_timeout,
             extra_references=self.extra_reply_references,
         )
+        for a in accepted:
+            self._hold_to_known_count(server_round, a)
+        accepted, out = self._bound_updates(server_round, accepted)
+        dropped = sorted(dropped + out, key=lambda d: d.partition)
         self._round.dropped = dropped
+        self._count_failures(server_round, accepted, dropped)
         return accepted
+
+    def _hold_to_known_count(self, server_round: int, a: Accepted) -> None:
+        """A reply's ``num-examples`` is the client's training split size, whatever it says."""
+        known = self.clients.known_train(a.row)
+        if known is None or a.num_examples == known:
+            return
+        log.warning(
+            "round %d: partition %d reported num-examples=%d but its training split has %d; "
+            "weighting it by %d",
+            server_round,
+            self.clients.partition_ids[a.row],
+            a.num_examples,
+            known,
+            known,
+        )
+        a.num_examples = known
+        a.message.content.metric_records["metrics"]["num-examples"] = known  # what Flower reads
+
+    def _bound_updates(
+        self, server_round: int, accepted: list[Accepted]
+    ) -> tuple[list[Accepted], list[Dropped]]:
+        """Drop (and name) replies whose update is out of proportion with the round's."""
+        s = self.settings
+        if not accepted or (s.update_norm_factor <= 0 and s.max_update_norm <= 0):
+            return accepted, []
+        sent: dict[int, dict[str, np.ndarray]] = {}
+        decoded: dict[int, dict[str, np.ndarray]] = {}  # one decode per shared record
+        for row, msg in self._sent_messages:
+            record = msg.content.array_records["arrays"]
+            if id(record) not in decoded:
+                decoded[id(record)] = record_to_state(record)
+            sent[row] = decoded[id(record)]
+        norms = [update_norm(sent[a.row], a.state) for a in accepted]
+        reasons = out_of_bound(norms, self._accepted_norms, s.update_norm_factor, s.max_update_norm)
+        kept, out = [], []
+        for a, norm, reason in zip(accepted, norms, reasons, strict=True):
+            if reason is None:
+                kept.append((a, norm))
+                continue
+            pid = self.clients.partition_ids[a.row]
+            log.warning("round %d: dropped reply of partition %d: %s", server_round, pid, reason)
+            out.append(Dropped(pid, reason))
+        self._accepted_norms = [n for _, n in kept]
+        return [a for a, _ in kept], out
+
+    def _count_failures(
+        self, server_round: int, accepted: list[Accepted], dropped: list[Dropped]
+    ) -> None:
+        """Count training rounds each client failed in a row (no reply or a client error)."""
+        row_of = {self.clients.partition_ids[r]: r for r, _ in self._sent_messages}
+        for a in accepted:
+            self.failures.pop(a.row, None)
+        for d in dropped:
+            if not (d.reason.startswith("no reply") or d.reason.startswith("client error")):
+                continue  # a bad reply came back: the node is alive
+            row = row_of[d.partition]
+            self.failures[row] = self.failures.get(row, 0) + 1
+            if self.failures[row] == self.settings.max_failures:
+                log.warning(
+                    "round %d: partition %d failed %d rounds in a row; left out of sampling "
+                    "until it answers an evaluation",
+                    server_round,
+                    d.partition,
+                    self.failures[row],
+                )
 
     def end_round(self, accepted: list[Accepted], server_seconds: float) -> MetricRecord | None:
         """Close the round's record and log it; the train metrics Flower's loop keeps."""
@@ -238,7 +334,7 @@ class AppStrategy:
             rec.round,
             self.num_rounds,
             len(accepted),
-            len(self._pending),
+            len(self._sent_messages),
             rec.train_loss,
             rec.bytes_down / 2**20,
             rec.bytes_up / 2**20,
@@ -259,9 +355,11 @@ class AppStrategy:
             return []
         payloads = self.eval_payloads(arrays)
         messages = evaluate_messages(self.clients.node_ids, payloads, server_round)
-        self._eval_pending = {int(nid): row for row, nid in enumerate(self.clients.node_ids)}
+        self._eval_sent = list(enumerate(messages))
         self._eval = EvaluationRecord(
-            round=server_round, bytes_down=sum(arrayrecord_nbytes(p) for p in payloads)
+            round=server_round,
+            bytes_down=sum(arrayrecord_nbytes(p) for p in payloads),
+            expected=len(messages),
         )
         self._eval_start = time.perf_counter()
         return messages
@@ -270,27 +368,42 @@ class AppStrategy:
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         """Sample-weighted mean and spread of the clients' personalised accuracies."""
-        if not self._eval_pending:
+        if not self._eval_sent:
             return None
+        pending = {str(m.metadata.message_id): row for row, m in self._eval_sent}
+        self._eval_sent = []
         per_client, failed = collect_evaluations(
-            replies, self._eval_pending, self.clients.partition_ids
+            replies,
+            pending,
+            self.clients.partition_ids,
+            self.clients.known_tests(),
+            self.settings.round_timeout,
+            server_round,
         )
-        self._eval_pending = {}
         rec = self._eval
         rec.wall_seconds = time.perf_counter() - self._eval_start
         rec.accuracy, rec.loss = score_stats(per_client), score_stats(per_client, "loss")
         rec.clients, rec.failed = per_client, failed
+        rec.scored = len(per_client)
+        rec.coverage = rec.scored / rec.expected if rec.expected else 0.0
         self.ledger.add_evaluation(rec)
+        self._readmit(server_round, per_client)
         log.info(
-            "round %d/%d: personalised accuracy %.4f (weighted mean over %d clients, "
-            "std %.4f, min %.4f)",
+            "round %d/%d: personalised accuracy %.4f (weighted mean over %d of %d clients, "
+            "coverage %.2f; std %.4f, min %.4f)",
             server_round,
             self.num_rounds,
             rec.accuracy["weighted_mean"],
-            len(per_client),
+            rec.scored,
+            rec.expected,
+            rec.coverage,
             rec.accuracy["std"],
             rec.accuracy["min"],
         )
+        for f in failed:
+            log.warning(
+                "round %d: partition %d not scored: %s", server_round, f.partition, f.reason
+            )
         if not per_client:
             return None
         return MetricRecord(
@@ -301,6 +414,19 @@ class AppStrategy:
                 "num-examples": sum(c.num_examples for c in per_client),
             }
         )
+
+    def _readmit(self, server_round: int, scored: list) -> None:
+        """A client left out of sampling that answers an evaluation is sampled again."""
+        row_of = {p: r for r, p in enumerate(self.clients.partition_ids)}
+        for c in scored:
+            row = row_of[c.partition]
+            if self.failures.get(row, 0) >= self.settings.max_failures:
+                log.info(
+                    "round %d: partition %d answers again; back in sampling",
+                    server_round,
+                    c.partition,
+                )
+            self.failures.pop(row, None)
 
     def summary(self) -> None:
         s = self.settings

@@ -45,16 +45,11 @@ def evaluate_on(
 ) -> tuple[list[ClientScore], list[Dropped]]:
     """Send ``payloads[i]`` to client ``i`` for evaluation on its own test split."""
     messages = evaluate_messages(clients.node_ids, payloads, server_round)
-    pending = {int(nid): row for row, nid in enumerate(clients.node_ids)}
     replies = send_and_receive(grid, messages, timeout)
-    per_client, failed = collect_evaluations(replies, pending, clients.partition_ids)
-    answered = {c.partition for c in per_client} | {f.partition for f in failed}
-    failed += [
-        Dropped(p, f"no reply within {timeout:g} s")
-        for p in clients.partition_ids
-        if p not in answered
-    ]
-    return per_client, failed
+    pending = {str(m.metadata.message_id): row for row, m in enumerate(messages)}
+    return collect_evaluations(
+        replies, pending, clients.partition_ids, clients.known_tests(), timeout, server_round
+    )
 
 
 def best_by_loss(

@@ -12,6 +12,7 @@ personalised evaluation of every client, and the global model for new clients.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 
@@ -21,9 +22,12 @@ from flwr.serverapp import Grid
 
 from ripple_flwr.config import RunSettings
 from ripple_flwr.records import record_to_state, state_to_record
+from ripple_flwr.robust import unsafe_step
 from ripple_flwr.strategies.admission import QueryResult
 from ripple_flwr.strategies.base import AppStrategy
 from ripple_flwr.strategies.grid import SampledGrid
+
+log = logging.getLogger("flwr.ripple")
 
 
 def flower_kwargs(settings: RunSettings) -> dict:
@@ -75,7 +79,25 @@ class FlowerModel(AppStrategy):
             arrays, _ = super().aggregate_train(server_round, [a.message for a in accepted])
             if arrays is not None:
                 arrays = self.as_model_dtypes(arrays)
+                arrays = self.refuse_unsafe(server_round, arrays)
         return arrays, self.end_round(accepted, time.perf_counter() - t0)
+
+    def refuse_unsafe(self, server_round: int, arrays: ArrayRecord) -> ArrayRecord | None:
+        """``None`` (the global model stays as it was) if the aggregate is not a sane step."""
+        sent = (
+            self._sent_messages[0][1].content.array_records["arrays"]
+            if self._sent_messages
+            else None
+        )
+        if sent is None:
+            return arrays
+        reason = unsafe_step(record_to_state(sent), record_to_state(arrays))
+        if reason is None:
+            return arrays
+        log.error(
+            "round %d: refused the aggregate (%s); the global model stays", server_round, reason
+        )
+        return None
 
     def as_model_dtypes(self, arrays: ArrayRecord) -> ArrayRecord:
         """The aggregate in the model's own dtypes and key order.

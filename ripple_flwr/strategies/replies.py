@@ -11,6 +11,7 @@ import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from flwr.app import Message
@@ -125,9 +126,38 @@ class Accepted:
     extras: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
 
 
+def match_replies(
+    replies: Iterable[Message], pending: dict[str, int], what: str, server_round: int
+) -> tuple[dict[int, Message], set[int]]:
+    """Replies by the row of the message they answer (``reply_to_message_id``).
+
+    A reply is matched to the message it answers, not to its sender: the
+    SuperLink's error reply for a dead node comes from another node id. A reply
+    to no message of this round, or a second reply to one message, is ignored.
+    Returns (row -> reply, rows whose reply errored).
+    """
+    by_row: dict[int, Message] = {}
+    errored: set[int] = set()
+    for msg in replies:
+        row = pending.get(str(msg.metadata.reply_to_message_id))
+        if row is None or row in by_row:
+            log.warning(
+                "round %d: ignoring a reply (from node %d) that answers no %s message of this "
+                "round",
+                server_round,
+                int(msg.metadata.src_node_id),
+                what,
+            )
+            continue
+        by_row[row] = msg
+        if msg.has_error():
+            errored.add(row)
+    return by_row, errored
+
+
 def check_train_replies(
     replies: Iterable[Message],
-    pending: dict[int, int],
+    pending: dict[str, int],
     reference: Reference,
     partition_ids: list[int],
     server_round: int,
@@ -136,63 +166,91 @@ def check_train_replies(
 ) -> tuple[list[Accepted], list[Dropped]]:
     """Split a round's replies into the usable ones (in row order) and the dropped ones.
 
-    ``pending`` maps each node sent a training message to its row. Replies
-    from other nodes, or a second reply from one node, are ignored; a node
-    that did not answer is recorded as dropped.
+    ``pending`` maps the id of each training message sent to its row. A row
+    that got no reply is recorded as dropped, with that reason.
     """
     accepted: list[Accepted] = []
     dropped: list[Dropped] = []
-    seen: set[int] = set()
-    for msg in replies:
-        nid = int(msg.metadata.src_node_id)
-        row = pending.get(nid)
-        if row is None or nid in seen:
-            log.warning("round %d: ignoring unexpected reply from node %d", server_round, nid)
+    by_row, _ = match_replies(replies, pending, "training", server_round)
+    for row in sorted(set(pending.values())):
+        pid = partition_ids[row]
+        msg = by_row.get(row)
+        if msg is None:
+            reason = f"no reply within round-timeout={timeout:g} s"
+            log.warning("round %d: partition %d: %s", server_round, pid, reason)
+            dropped.append(Dropped(pid, reason))
             continue
-        seen.add(nid)
         try:
             state, n, loss = validate_train_reply(msg, reference)
             extras = validate_extra_records(msg, extra_references or {})
         except ValueError as err:
-            pid = partition_ids[row]
             log.warning("round %d: dropped reply of partition %d: %s", server_round, pid, err)
             dropped.append(Dropped(pid, str(err)))
             continue
         accepted.append(Accepted(row, state, n, loss, msg, extras))
-    for nid, row in pending.items():
-        if nid not in seen:
-            pid = partition_ids[row]
-            reason = f"no reply within round-timeout={timeout:g} s"
-            log.warning("round %d: partition %d: %s", server_round, pid, reason)
-            dropped.append(Dropped(pid, reason))
     # Replies arrive in any order; apply them in row order so a seed gives one result.
     accepted.sort(key=lambda a: a.row)
     dropped.sort(key=lambda d: d.partition)
     return accepted, dropped
 
 
+def check_score(metrics: Any, known: int | None) -> tuple[float, float, int]:
+    """(accuracy, loss, test examples) of an evaluation reply, or ``ValueError`` saying why not.
+
+    The count is the server's (``known``, the client's test split size from
+    the query round), never the client's claim; the accuracy must be a share
+    of that many examples.
+    """
+    acc, loss, n = float(metrics["accuracy"]), float(metrics["loss"]), int(metrics["num-examples"])
+    if not (math.isfinite(acc) and 0.0 <= acc <= 1.0):
+        raise ValueError(f"accuracy {acc!r} is not in [0, 1]")
+    if not math.isfinite(loss):
+        raise ValueError(f"loss {loss!r} is not finite")
+    if known is None:
+        if not n > 0:
+            raise ValueError(f"num-examples must be positive, got {n}")
+        return acc, loss, n
+    correct = acc * known
+    if abs(correct - round(correct)) > 1e-6 * max(1, known):
+        raise ValueError(
+            f"accuracy {acc!r} is not a share of the {known} test examples the client holds"
+        )
+    if n != known:
+        log.warning("a client reported num-examples=%d for its %d test examples", n, known)
+    return acc, loss, known
+
+
 def collect_evaluations(
-    replies: Iterable[Message], pending: dict[int, int], partition_ids: list[int]
+    replies: Iterable[Message],
+    pending: dict[str, int],
+    partition_ids: list[int],
+    known_test: list[int | None] | None = None,
+    timeout: float | None = None,
+    server_round: int = 0,
 ) -> tuple[list[ClientScore], list[Dropped]]:
-    """Per-client scores of evaluate replies (sorted by partition) and the failures."""
+    """Per-client scores (sorted by partition) and every client that was not scored, with why.
+
+    ``pending`` maps the id of each evaluate message to its row. A client
+    whose reply errored, failed :func:`check_score`, or never came is a
+    failure: the record says who the headline figure does not cover.
+    """
     per_client: list[ClientScore] = []
     failed: list[Dropped] = []
-    for msg in replies:
-        row = pending.get(int(msg.metadata.src_node_id))
-        if row is None:
-            continue
+    by_row, _ = match_replies(replies, pending, "evaluate", server_round)
+    for row in sorted(set(pending.values())):
         pid = partition_ids[row]
+        msg = by_row.get(row)
         try:
+            if msg is None:
+                wait = "" if timeout is None else f" within round-timeout={timeout:g} s"
+                raise ValueError(f"no reply{wait}")
             if msg.has_error():
-                raise ValueError(msg.error.reason)
-            m = msg.content.metric_records["metrics"]
-            acc, loss, n = float(m["accuracy"]), float(m["loss"]), int(m["num-examples"])
-            if not (math.isfinite(acc) and n > 0):
-                raise ValueError(f"bad metrics {dict(m)}")
+                raise ValueError(f"client error: {msg.error.reason}")
+            known = known_test[row] if known_test else None
+            acc, loss, n = check_score(msg.content.metric_records["metrics"], known)
         except (KeyError, ValueError, TypeError) as err:
             failed.append(Dropped(pid, str(err)))
             continue
         per_client.append(ClientScore(pid, acc, loss, n))
     per_client.sort(key=lambda c: c.partition)
-    failed.sort(key=lambda d: d.partition)
     return per_client, failed

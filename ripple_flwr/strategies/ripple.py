@@ -23,6 +23,7 @@ from ripple_flwr.mixing import (
     unstack,
 )
 from ripple_flwr.results import hard_ari, routing_metrics
+from ripple_flwr.robust import unsafe_step
 from ripple_flwr.strategies.admission import QueryResult
 from ripple_flwr.strategies.base import ServerModels, states_to_records
 from ripple_flwr.strategies.replies import Accepted
@@ -182,9 +183,14 @@ class RippleStrategy(ServerModels, Strategy):
 
     def sample_rows(self, server_round: int) -> np.ndarray:
         """Stratified: every cluster with mass gets a representative; else uniform."""
-        if self.settings.sampling == "stratified":
-            return stratified_sample(self.weights, self.settings.clients_per_round, self.rng)
-        return super().sample_rows(server_round)
+        if self.settings.sampling != "stratified":
+            return super().sample_rows(server_round)
+        active = self.active_rows()
+        if not len(active):
+            return active
+        return active[
+            stratified_sample(self.weights[active], self.round_size(len(active)), self.rng)
+        ]
 
     # -- rounds -------------------------------------------------------------------------------
     def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[ArrayRecord]:
@@ -206,9 +212,23 @@ class RippleStrategy(ServerModels, Strategy):
             if np.issubdtype(sent.dtype, np.inexact)
         }
         wrows = self.weights[[a.row for a in accepted]]
-        self.stacked = apply_stacked_deltas(
+        updated = apply_stacked_deltas(
             self.stacked, deltas, wrows, self.settings.server_lr, self.eps
         )
+        for c in range(self.num_models):
+            reason = unsafe_step(
+                {k: v[c] for k, v in self.stacked.items()}, {k: v[c] for k, v in updated.items()}
+            )
+            if reason is not None:
+                log.error(
+                    "round %d: refused the update of cluster model %d (%s); all cluster models "
+                    "stay as they were",
+                    server_round,
+                    c,
+                    reason,
+                )
+                return None
+        self.stacked = updated
         return None  # the cluster models live in the strategy; see final_arrays()
 
     def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
