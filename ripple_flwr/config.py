@@ -72,6 +72,8 @@ class RunSettings:
     update_norm_factor : a training reply whose update norm exceeds this many times the
         round's (low) median is dropped and named (0: off).
     max_update_norm : an absolute bound on a reply's update norm (0: off).
+    trimmed_beta : FedTrimmedAvg's share cut at each end, in [0, 0.5).
+    krum_malicious : Krum's assumed number of malicious clients per round.
     max_failures : training rounds a client may fail in a row before it is left out of
         sampling (it is sampled again once it answers an evaluation).
     fedopt_eta, fedopt_beta1, fedopt_beta2, fedopt_tau : the server optimiser of
@@ -124,6 +126,8 @@ class RunSettings:
     pfedme_personal_lr: float = 0.09
     pfedme_beta: float = 1.0
     update_norm_factor: float = 10.0
+    trimmed_beta: float = 0.2
+    krum_malicious: int = 1
     max_update_norm: float = 0.0
     max_failures: int = 3
     refine: Refine = "none"
@@ -219,6 +223,7 @@ class RunSettings:
             ("pretrain-client-size", self.pretrain_client_size, 0),
             ("client-threads", self.client_threads, 0),
             ("max-failures", self.max_failures, 1),
+            ("krum-malicious", self.krum_malicious, 0),
         ):
             if value < low:
                 raise ConfigError(f"{key} must be >= {low}, got {value}")
@@ -266,6 +271,16 @@ class RunSettings:
         ):
             if not (value >= 0 and value < float("inf")):
                 raise ConfigError(f"{key} must be >= 0 (0 turns it off), got {value}")
+        if not 0.0 <= self.trimmed_beta < 0.5:
+            raise ConfigError(
+                f"trimmed-beta (share cut at each end) must be in [0, 0.5), got {self.trimmed_beta}"
+            )
+        if self.method == "krum" and self.clients_per_round < 2 * self.krum_malicious + 3:
+            raise ConfigError(
+                f"Krum needs clients-per-round >= 2 x krum-malicious + 3 = "
+                f"{2 * self.krum_malicious + 3}, got {self.clients_per_round}; lower "
+                "krum-malicious or raise clients-per-round"
+            )
         if 0 < self.update_norm_factor <= 1:
             raise ConfigError(
                 f"update-norm-factor={self.update_norm_factor} would drop honest updates above "

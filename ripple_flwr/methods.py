@@ -247,6 +247,33 @@ register(
 )
 register(
     MethodSpec(
+        "fedmedian",
+        "FedMedian, Flower's class: coordinate-wise median of the replies (robust)",
+        _strategy_class("ripple_flwr.strategies.fedmedian", "FedMedianMethod"),
+        models="one",
+        exports="global",
+    )
+)
+register(
+    MethodSpec(
+        "fedtrimmedavg",
+        "FedTrimmedAvg, Flower's class: coordinate-wise trimmed mean (robust)",
+        _strategy_class("ripple_flwr.strategies.fedtrimmedavg", "FedTrimmedAvgMethod"),
+        models="one",
+        exports="global",
+    )
+)
+register(
+    MethodSpec(
+        "krum",
+        "Krum, Flower's class: the reply closest to its neighbours (robust)",
+        _strategy_class("ripple_flwr.strategies.krum", "KrumMethod"),
+        models="one",
+        exports="global",
+    )
+)
+register(
+    MethodSpec(
         "local",
         "local-only: each client trains alone, only in the rounds it is sampled",
         _strategy_class("ripple_flwr.strategies.local", "LocalOnly"),

@@ -209,11 +209,18 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
             int(np.mean(clients.bytes_up)) if clients and clients.bytes_up else 0
         ),
         "final_accuracy": tail_mean(accuracy, 3),
+        # The share of clients the final figure covers (its last three evaluations).
+        "final_accuracy_coverage": min(
+            (e["coverage"] for e in record["evaluations"][-3:]), default=0.0
+        ),
         "accuracy_per_round": {
             str(e["round"]): {
                 "weighted_mean": e["accuracy"]["weighted_mean"],
                 "mean": e["accuracy"]["mean"],
                 "std": e["accuracy"]["std"],
+                "scored": e["scored"],
+                "expected": e["expected"],
+                "coverage": e["coverage"],
             }
             for e in record["evaluations"]
         },
@@ -238,9 +245,10 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     }
     path = write_results(results_path, results)
     log.info(
-        "Ripple run finished: final personalised accuracy %.4f (mean of last 3 evaluations); "
-        "results written to %s (plot %s)",
+        "Ripple run finished: final personalised accuracy %.4f (mean of last 3 evaluations, "
+        "coverage %.2f of clients); results written to %s (plot %s)",
         results["final_accuracy"],
+        results["final_accuracy_coverage"],
         path,
         path.with_suffix(".png"),
     )

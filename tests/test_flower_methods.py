@@ -8,6 +8,8 @@ must produce the same global model. The app only chooses who trains
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from conftest import FakeGrid
@@ -61,7 +63,12 @@ FLOWER_CLASSES = {
     "fedadam": lambda s: flower.FedAdam(**fedopt_kwargs(s)),
     "fedyogi": lambda s: flower.FedYogi(**fedopt_kwargs(s)),
     "fedadagrad": lambda s: flower.FedAdagrad(**fedopt_kwargs(s, moments=False)),
+    "fedmedian": lambda s: flower.FedMedian(),
+    "fedtrimmedavg": lambda s: flower.FedTrimmedAvg(beta=s.trimmed_beta),
+    "krum": lambda s: flower.Krum(num_malicious_nodes=s.krum_malicious),
 }
+# Krum's guarantee needs clients-per-round >= 2 f + 3; these runs train 4 per round.
+OVERRIDES = {"krum": {"krum-malicious": 0}}
 
 
 def run_method(method: str, rounds: int = 3, **over):
@@ -78,7 +85,14 @@ def run_method(method: str, rounds: int = 3, **over):
     }
     settings = RunSettings.from_run_config(cfg)
     clients = LinearClients()
-    grid = FakeGrid(cfg, app=clients)
+    copies: list[Message] = []
+
+    def keep_a_copy(msg, reply):  # FedMedian and friends pop arrays out of the replies
+        copies.append(copy.deepcopy(reply))
+        return reply
+
+    grid = FakeGrid(cfg, app=clients, faults={p: keep_a_copy for p in range(6)})
+    grid.reply_copies = copies
     strategy = get_method(method).build(MethodInputs(settings, STATE))
     result = strategy.start(grid, state_to_record(STATE), num_rounds=rounds)
     return settings, strategy, grid, clients, result
@@ -86,11 +100,11 @@ def run_method(method: str, rounds: int = 3, **over):
 
 @pytest.mark.parametrize("method", list(FLOWER_CLASSES))
 def test_aggregate_equals_flowers_class_on_the_same_replies(method):
-    settings, strategy, grid, clients, result = run_method(method)
+    settings, strategy, grid, clients, result = run_method(method, **OVERRIDES.get(method, {}))
     assert isinstance(strategy, FlowerModel)
     reference = FLOWER_CLASSES[method](settings)
     arrays = state_to_record(STATE)
-    train_replies = [m for m in grid.replies if m.metadata.message_type == "train"]
+    train_replies = [m for m in grid.reply_copies if m.metadata.message_type == "train"]
     for rnd in range(1, 4):
         sent = [m for m in grid.sent if m.metadata.message_type == "train"][4 * (rnd - 1) :][:4]
         view = SampledGrid(grid, [m.metadata.dst_node_id for m in sent])
@@ -116,7 +130,7 @@ def test_aggregate_equals_flowers_class_on_the_same_replies(method):
 
 @pytest.mark.parametrize("method", list(FLOWER_CLASSES))
 def test_same_sampler_and_bytes_as_fedavg(method):
-    _, strategy, _, clients, _ = run_method(method)
+    _, strategy, _, clients, _ = run_method(method, **OVERRIDES.get(method, {}))
     _, fedavg, _, _, _ = run_method("fedavg")
     rng = np.random.default_rng(np.random.SeedSequence([0, 0x5A4D]))
     expected = [uniform_sample(6, 4, rng).tolist() for _ in range(3)]
