@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from torch import nn
+from torch.func import functional_call
 from torch.nn import functional as F
 
 if TYPE_CHECKING:
@@ -349,12 +350,14 @@ class PFedMeRule(ClientRule):
     """pFedMe (T Dinh et al., 2020): a personal model theta_tilde by a Moreau envelope.
 
     For every batch, K inner steps of plain gradient descent (personal lr)
-    on f(theta_tilde; batch) + lambda/2 ||theta_tilde - w||^2, then the local
-    model moves w <- w - lr * lambda * (w - theta_tilde) (lr: the run's client
-    lr). theta_tilde starts the round at the received model and carries over
-    from batch to batch; the reply is w. theta_tilde is kept in the node's
-    state and is the model the client is scored with (the received global
-    model until it has one).
+    on f(theta_tilde; batch) + lambda/2 ||theta_tilde - w||^2; then the local
+    model w takes one step of the run's optimiser along the envelope's
+    gradient lambda (w - theta_tilde): pFedMe's w <- w - lr lambda (w -
+    theta_tilde), with the momentum every method's clients use here.
+    theta_tilde starts the round at the received model and carries over from
+    batch to batch; the reply is w. theta_tilde is kept in the node's state
+    and is the model the client is scored with (the received global model
+    until it has one).
     """
 
     KEY = "pfedme.theta"
@@ -369,9 +372,8 @@ class PFedMeRule(ClientRule):
         self.lam, self.inner_steps, self.personal_lr = lam, inner_steps, personal_lr
 
     def begin(self, model: nn.Module, inputs: RoundInputs) -> None:
-        self.params = list(trainable(model).values())
-        self.w = [p.detach().clone() for p in self.params]
-        self.lr = inputs.lr
+        self.w = trainable(model)  # the model's own parameters: the optimiser moves them
+        self.theta = {n: p.detach().clone() for n, p in self.w.items()}
         self.store = inputs.store
         self.step = self._step
 
@@ -380,22 +382,25 @@ class PFedMeRule(ClientRule):
     ) -> torch.Tensor:
         first = None
         for _ in range(self.inner_steps):
-            loss = F.cross_entropy(model(x), y)
-            grads = torch.autograd.grad(loss, self.params)
+            theta = {n: t.requires_grad_(True) for n, t in self.theta.items()}
+            loss = F.cross_entropy(functional_call(model, theta, (x,), strict=False), y)
+            grads = torch.autograd.grad(loss, list(theta.values()))
             with torch.no_grad():
-                for p, g, w in zip(self.params, grads, self.w, strict=True):
-                    p.sub_(self.personal_lr * (g + self.lam * (p - w)))
+                self.theta = {
+                    n: (t - self.personal_lr * (g + self.lam * (t - self.w[n]))).detach()
+                    for (n, t), g in zip(theta.items(), grads, strict=True)
+                }
             first = loss.detach() if first is None else first
+        optimiser.zero_grad(set_to_none=True)
         with torch.no_grad():
-            for p, w in zip(self.params, self.w, strict=True):
-                w.sub_(self.lr * self.lam * (w - p))
+            for n, p in self.w.items():
+                p.grad = self.lam * (p.detach() - self.theta[n])
+        optimiser.step()
         return first
 
     def finish(self, model: nn.Module, steps: int) -> dict[str, dict[str, np.ndarray]]:
-        self.store[self.KEY] = _to_numpy(model.state_dict())
-        with torch.no_grad():
-            for p, w in zip(self.params, self.w, strict=True):
-                p.copy_(w)
+        personal = {k: self.theta.get(k, v) for k, v in model.state_dict().items()}
+        self.store[self.KEY] = _to_numpy(personal)
         return {}
 
     def personalise(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, store: Store) -> None:

@@ -253,7 +253,9 @@ def reference(method: str):
                             t - plr * (gi + lam * (t - wi))
                             for t, gi, wi in zip(tt, g, w, strict=True)
                         ]
-                    w = [wi - LR * lam * (wi - t) for wi, t in zip(w, tt, strict=True)]
+                    w, buf = momentum_step(
+                        w, buf, [lam * (wi - t) for wi, t in zip(w, tt, strict=True)], LR
+                    )
                 client_state[pid] = tt
                 th = w
             outs.append(th)
