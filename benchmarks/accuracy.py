@@ -38,6 +38,7 @@ import numpy as np  # noqa: E402
 from ripple_flwr.config import ROUTERS, SAMPLINGS  # noqa: E402
 from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
 from ripple_flwr.methods import METHODS  # noqa: E402
+from ripple_flwr.outputs import OUTPUT_DIR_ENV  # noqa: E402
 from ripple_flwr.results import finished_results, tail_mean  # noqa: E402
 from ripple_flwr.server import run_server  # noqa: E402
 
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    out = Path(args.out or tempfile.mkdtemp(prefix="ripple-accuracy-"))
+    out = Path(args.out or tempfile.mkdtemp(prefix="ripple-accuracy-")).resolve()
+    os.environ[OUTPUT_DIR_ENV] = str(out)  # this script is the server: its folder is the output
     summary: dict[str, dict] = {}
     curves: dict[str, list] = {}
     for name in args.methods:
@@ -138,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.reuse:
                 res = finished_results(cfg["results-path"], cfg, ("results-path", "checkpoint"))
             if res is None:
-                res = json.loads(run_server(InProcessGrid(cfg), cfg).read_text())
+                run_cfg = {**cfg, "overwrite-results": True}  # a stale run is replaced
+                res = json.loads(run_server(InProcessGrid(run_cfg), run_cfg).read_text())
             rounds, acc = curve(res)
             finals.append(tail_mean(acc))
             hit = [r for r, a in zip(rounds, acc, strict=True) if a >= 0.9]

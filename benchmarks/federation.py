@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
+from ripple_flwr.outputs import OUTPUT_DIR_ENV  # noqa: E402
 from ripple_flwr.server import run_server  # noqa: E402
 
 
@@ -57,6 +58,7 @@ def run(method: str, rounds: int, cache_dir: str, out: Path) -> dict:
         "cache-dir": cache_dir,
         "results-path": str(out / f"{method}.json"),
     }
+    os.environ[OUTPUT_DIR_ENV] = str(out.resolve())  # this script is the server
     path = run_server(InProcessGrid(cfg), cfg)
     return json.loads(path.read_text())
 

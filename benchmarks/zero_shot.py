@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -67,6 +68,7 @@ def run(cfg: dict) -> dict:
     if res is not None and (res.get("saved_run") is None or Path(res["saved_run"]).is_file()):
         log(f"reusing {cfg['results-path']}")
         return res
+    cfg = {**cfg, "overwrite-results": True}  # a stale run is replaced
     return json.loads(run_server(InProcessGrid(cfg), cfg).read_text())
 
 
@@ -245,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    out = Path(args.out or tempfile.mkdtemp(prefix="ripple-zero-shot-"))
+    out = Path(args.out or tempfile.mkdtemp(prefix="ripple-zero-shot-")).resolve()
+    os.environ["RIPPLE_OUTPUT_DIR"] = str(out)  # this script is the server: its output folder
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     part1 = table2(args, out) if args.alphas_train else {"table": {}}

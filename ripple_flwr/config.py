@@ -65,7 +65,9 @@ class RunSettings:
     num_components : K, the number of clusters (>= 2).
     explained_variance : 0 means "use svd_rank".
     checkpoint : GMM-VAE checkpoint path; empty = pre-train (cached) with the run's settings.
-    results_path : JSON results file; empty = ``outputs/ripple-<method>-<seed>-<time>.json``.
+    results_path : JSON results file inside the server's output folder (``$RIPPLE_OUTPUT_DIR``,
+        default ``./outputs``); empty = ``<output folder>/ripple-<method>-<seed>-<time>.json``.
+    overwrite_results : replace an existing results file (and its .png / .run.pt).
     eval_every : evaluate personalised models every this many rounds (and after the last).
     client_threads : torch threads per client process (0 = torch's default).
     proximal_mu : FedProx's mu (clients add mu/2 ||w - w_global||^2).
@@ -140,6 +142,7 @@ class RunSettings:
     pretrain_steps: int = 1500
     pretrain_client_size: int = 0
     results_path: str = ""
+    overwrite_results: bool = False
     node_wait_timeout: float = 60.0
     round_timeout: float = 600.0
     client_threads: int = 1

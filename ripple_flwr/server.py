@@ -23,6 +23,7 @@ from ripple_flwr.embedding import embedding_dim
 from ripple_flwr.federation_cache import cached_federation
 from ripple_flwr.methods import MethodInputs, get_method
 from ripple_flwr.models import build_model, get_state
+from ripple_flwr.outputs import confined_results_path
 from ripple_flwr.pretrain import (
     CHECKPOINT_VERSION,
     Checkpoint,
@@ -31,7 +32,7 @@ from ripple_flwr.pretrain import (
     pretrain,
 )
 from ripple_flwr.records import state_to_record
-from ripple_flwr.results import default_results_path, tail_mean, write_results
+from ripple_flwr.results import tail_mean, write_results
 from ripple_flwr.strategies.zero_shot import onboard_new_clients
 from ripple_flwr.synthetic import BANK_FORMAT_VERSION
 
@@ -159,10 +160,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     avoid_hugepage_stalls()
     settings = RunSettings.from_run_config(run_config)
     log.info("Ripple run: %s", json.dumps(settings.to_dict()))
-    results_path = Path(
-        settings.results_path or default_results_path(settings.method, settings.seed)
-    )
-    results_path = results_path.expanduser().resolve()
+    results_path = confined_results_path(settings)  # before any work
 
     t0 = time.perf_counter()
     federation = cached_federation(settings)

@@ -64,6 +64,18 @@ def _server_identity():
     yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _output_dir(tmp_path_factory):
+    """The server may write results anywhere under the session's temp folder (and nowhere else)."""
+    old = os.environ.get("RIPPLE_OUTPUT_DIR")
+    os.environ["RIPPLE_OUTPUT_DIR"] = str(tmp_path_factory.getbasetemp().resolve())
+    yield
+    if old is None:
+        os.environ.pop("RIPPLE_OUTPUT_DIR", None)
+    else:
+        os.environ["RIPPLE_OUTPUT_DIR"] = old
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
     """One cache folder per session: federations are built once and reused."""

@@ -41,7 +41,9 @@ class ToyClients:
         pid = int(context.node_config["partition-id"])
         kind = msg.metadata.message_type
         if kind.startswith("query"):
-            info = ConfigRecord({"partition-id": pid, "num-partitions": 4, "num-examples": 10 + pid})
+            info = ConfigRecord(
+                {"partition-id": pid, "num-partitions": 4, "num-examples": 10 + pid}
+            )
             return Message(RecordDict({"info": info}), reply_to=msg)
         state = record_to_state(msg.content.array_records["arrays"])
         if kind == "train":
