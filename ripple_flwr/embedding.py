@@ -14,7 +14,10 @@ the transform itself is kymatio's algorithm vectorised over paths
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,12 +100,20 @@ _SUBSPACE_STEPS = 20
 # A Ritz pair whose residual ||G u - theta u|| exceeds this fraction of the largest
 # eigenvalue is not trusted: its client is recomputed with the full decomposition.
 _RESIDUAL_TOL = 1e-5
+# Batches of at most this many clients on a GPU solve their (tiny) eigenproblems on the
+# host: a GPU batch costs the same ~8 ms of launch latency for 1 client as for 1,000.
+_HOST_EIGEN_MAX_CLIENTS = 4
 
 
 def _start_block(n: int, k: int, like: torch.Tensor) -> torch.Tensor:
     """A fixed pseudo-random ``(n, k)`` start, the same for every client and batch."""
+    return _start_block_cached(n, k, like.device, like.dtype)
+
+
+@functools.lru_cache(maxsize=16)
+def _start_block_cached(n: int, k: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     gen = torch.Generator().manual_seed(n * 7919 + k)
-    return torch.randn(n, k, generator=gen, dtype=torch.float64).to(like.device, like.dtype)
+    return torch.randn(n, k, generator=gen, dtype=torch.float64).to(device, dtype)
 
 
 def _orthonormalise(y: torch.Tensor) -> torch.Tensor:
@@ -134,9 +145,17 @@ def top_eigenpairs(gram: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tens
     a CPU mostly the tridiagonalisation of eigenvectors nobody uses).
     Clients whose Ritz residuals are not at float32 level, and problems too
     small for the block, use ``torch.linalg.eigh``: the result is the exact
-    decomposition's up to float rounding either way.
+    decomposition's up to float rounding either way. On a GPU, batches of a
+    few clients are solved on the host (latency, not work, is their cost).
     """
     b, n, _ = gram.shape
+    if gram.device.type != "cpu" and b <= _HOST_EIGEN_MAX_CLIENTS:
+        # A few clients are pure latency on a GPU (~40 small solver launches, ~8 ms
+        # whatever the batch); the host does them in well under a millisecond.
+        # One host thread: OpenMP across a GPU machine's cores costs more than the work.
+        with _one_cpu_thread(torch.device("cpu")):
+            lam, u = top_eigenpairs(gram.cpu(), m)
+        return lam.to(gram.device), u.to(gram.device)
     if m + 8 > _BLOCK or n < _MIN_ROWS_PER_BLOCK * _BLOCK or b == 0:
         evals, evecs = torch.linalg.eigh(gram)
         return evals.flip(-1)[:, :m], evecs.flip(-1)[:, :, :m]
@@ -210,6 +229,31 @@ def _max_components(settings: PrototypeSettings, n: int) -> int:
     if settings.explained_variance is not None:
         return n - 1
     return min(settings.svd_rank, n - 1)
+
+
+_THREADS_LOCK = threading.Lock()
+_THREADS_SAVED: list[int] = []  # [torch threads before the first holder, holders]
+
+
+@contextmanager
+def _one_cpu_thread(device: torch.device) -> Iterator[None]:
+    """One torch thread while inside (CPU only); the count is restored by the last to leave."""
+    if device.type != "cpu":
+        yield
+        return
+    with _THREADS_LOCK:
+        if not _THREADS_SAVED:
+            _THREADS_SAVED[:] = [torch.get_num_threads(), 0]
+            torch.set_num_threads(1)
+        _THREADS_SAVED[1] += 1
+    try:
+        yield
+    finally:
+        with _THREADS_LOCK:
+            _THREADS_SAVED[1] -= 1
+            if _THREADS_SAVED[1] == 0:
+                torch.set_num_threads(_THREADS_SAVED[0])
+                _THREADS_SAVED.clear()
 
 
 # Images per scattering call (see SpectralEmbedder's batch_size).
@@ -344,9 +388,15 @@ class SpectralEmbedder:
 
     # -- embeddings -------------------------------------------------------------------
     def embed(self, images: np.ndarray) -> np.ndarray:
-        """Embedding ``(P,)`` of one client; the same data gives the same bits."""
-        proto = self.prototype(images)
-        return self.scatter(proto[None])[0]
+        """Embedding ``(P,)`` of one client; the same data gives the same bits.
+
+        On a CPU it runs on one torch thread: a 200-image client is too small
+        to split, and OpenMP's barriers between two threads made it 4x slower
+        on a quiet 2-core machine (and 100x on a busy one).
+        """
+        with _one_cpu_thread(self.device):
+            proto = self.prototype(images)
+            return self.scatter(proto[None])[0]
 
     def embed_many(self, clients: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
         """Embeddings ``(B, P)`` of several clients, batched by client size."""

@@ -26,6 +26,9 @@ __all__ = ["available_models", "build_model", "get_state", "set_state"]
 # ResNet-9 halves the image three times, ResNet-18 (small-image layout) three
 # times as well.
 _MIN_SIDE = {"cnn": 6, "resnet9": 8, "resnet18": 8}
+# The Myrtle ResNet-9 multiplies its logits by 1/8: its max-pooled features are large
+# (sums over residual branches), and unscaled logits make the first SGD steps diverge.
+_RESNET9_LOGIT_SCALE = 0.125
 # Up to this side ResNet-18 uses the CIFAR stem (3x3 stride 1, no max-pool).
 _RESNET18_SMALL_SIDE = 64
 
@@ -92,11 +95,11 @@ class ResNet9(nn.Module):
         self.layer2 = _conv_gn(128, 256, pool=True)
         self.layer3 = nn.Sequential(_conv_gn(256, 512, pool=True), _Residual(512))
         self.pool = nn.AdaptiveMaxPool2d(1)
-        self.fc = nn.Linear(512, num_classes)
+        self.fc = nn.Linear(512, num_classes, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.layer3(self.layer2(self.layer1(self.prep(x))))
-        return self.fc(torch.flatten(self.pool(x), 1))
+        return self.fc(torch.flatten(self.pool(x), 1)) * _RESNET9_LOGIT_SCALE
 
 
 def _build_cnn(image_shape: tuple[int, int, int], num_classes: int) -> nn.Module:

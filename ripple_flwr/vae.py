@@ -144,8 +144,11 @@ def gmm_vae_loss(
     y: torch.Tensor,
     weights: LossWeights,
     generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """ELBO terms + supervised alignment; returns the loss and its parts.
+
+    The parts are detached 0-d tensors on the loss's device, not floats:
+    reading them every step would stall a GPU once per step.
 
     Reconstruction is the squared error *averaged per dimension* of the
     normalised embedding (a sum over P ~ 2,000-40,000 dimensions would drown
@@ -172,7 +175,8 @@ def gmm_vae_loss(
     kl_c = (q * log_q).sum(-1).mean() + math.log(k)
     sup = supervised_divergence(log_q, y, weights.supervised).mean()
     loss = weights.lambda_rec * rec + weights.lambda_kl * (kl_z + kl_c) + weights.lambda_sup * sup
-    parts = {"rec": rec.item(), "kl_z": kl_z.item(), "kl_c": kl_c.item(), "sup": sup.item()}
+    parts = {"rec": rec, "kl_z": kl_z, "kl_c": kl_c, "sup": sup}
+    parts = {k: v.detach() for k, v in parts.items()}
     return loss, parts
 
 

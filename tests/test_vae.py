@@ -89,3 +89,29 @@ def test_config_validation():
         GMMVAEConfig(input_dim=5, num_components=1)
     with pytest.raises(ValueError, match="supervised"):
         LossWeights(supervised="l2")
+
+
+def test_training_settings_sized_for_the_device():
+    from ripple_flwr.pretrain import TrainSettings
+
+    ref = TrainSettings()
+    # At the reference batch the schedule is the paper's (Table 5, our 6,000 steps).
+    same = TrainSettings(device_batch=64).for_device("cuda")
+    assert (same.batch_size, same.steps, same.lr, same.eval_every, same.ema) == (
+        64,
+        6000,
+        5e-4,
+        500,
+        0.999,
+    )
+    gpu = ref.for_device("cuda")
+    # Same samples seen, evaluations and averaging per sample, lr by sqrt(batch ratio).
+    ratio = gpu.batch_size / 64
+    assert gpu.batch_size > 64 and gpu.steps * gpu.batch_size == 6000 * 64
+    assert gpu.lr == pytest.approx(5e-4 * ratio**0.5)
+    assert gpu.eval_every * gpu.batch_size == pytest.approx(500 * 64, rel=0.01)
+    assert gpu.ema == pytest.approx(0.999**ratio)
+    fixed = TrainSettings(steps=10, batch_size=32, device_batch=32)
+    assert fixed.for_device("cuda") == fixed
+    with pytest.raises(ValueError, match="device batch"):
+        TrainSettings(device_batch=0)
