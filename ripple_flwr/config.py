@@ -68,6 +68,9 @@ class RunSettings:
     results_path : JSON results file inside the server's output folder (``$RIPPLE_OUTPUT_DIR``,
         default ``./outputs``); empty = ``<output folder>/ripple-<method>-<seed>-<time>.json``.
     overwrite_results : replace an existing results file (and its .png / .run.pt).
+    checkpoint_every : save the server's whole state (``<results>.resume.npz``) every this
+        many rounds and after the last (0: never).
+    resume : a server state file to continue from (the run's other settings must match).
     eval_every : evaluate personalised models every this many rounds (and after the last).
     client_threads : torch threads per client process (0 = torch's default).
     proximal_mu : FedProx's mu (clients add mu/2 ||w - w_global||^2).
@@ -143,6 +146,8 @@ class RunSettings:
     pretrain_client_size: int = 0
     results_path: str = ""
     overwrite_results: bool = False
+    checkpoint_every: int = 0
+    resume: str = ""
     node_wait_timeout: float = 60.0
     round_timeout: float = 600.0
     client_threads: int = 1
@@ -226,6 +231,7 @@ class RunSettings:
             ("pretrain-client-size", self.pretrain_client_size, 0),
             ("client-threads", self.client_threads, 0),
             ("max-failures", self.max_failures, 1),
+            ("checkpoint-every", self.checkpoint_every, 0),
             ("krum-malicious", self.krum_malicious, 0),
         ):
             if value < low:

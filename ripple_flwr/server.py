@@ -21,9 +21,10 @@ from flwr.serverapp import Grid
 from ripple_flwr.config import ConfigError, RunSettings
 from ripple_flwr.embedding import embedding_dim
 from ripple_flwr.federation_cache import cached_federation
+from ripple_flwr.integrity import IntegrityError
 from ripple_flwr.methods import MethodInputs, get_method
 from ripple_flwr.models import build_model, get_state
-from ripple_flwr.outputs import confined_results_path
+from ripple_flwr.outputs import confined_results_path, output_root
 from ripple_flwr.pretrain import (
     CHECKPOINT_VERSION,
     Checkpoint,
@@ -33,6 +34,7 @@ from ripple_flwr.pretrain import (
 )
 from ripple_flwr.records import state_to_record
 from ripple_flwr.results import tail_mean, write_results
+from ripple_flwr.resume import load_server_state
 from ripple_flwr.strategies.zero_shot import onboard_new_clients
 from ripple_flwr.synthetic import BANK_FORMAT_VERSION
 
@@ -137,6 +139,50 @@ def save_for_onboarding(
     return path
 
 
+# Settings a resumed run may change; every other one must equal the interrupted run's.
+RESUME_MAY_CHANGE = (
+    "resume",
+    "checkpoint-every",
+    "num-server-rounds",
+    "results-path",
+    "overwrite-results",
+    "round-timeout",
+    "node-wait-timeout",
+    "client-threads",
+    "cache-dir",
+)
+
+
+def load_resume_state(settings: RunSettings) -> dict[str, Any]:
+    """The server state to resume from, checked against this run before any work."""
+    path = Path(settings.resume).expanduser().resolve()
+    if not path.is_relative_to(output_root()):
+        raise ConfigError(
+            f"resume={settings.resume!r} is outside the server's output folder {output_root()}"
+        )
+    try:
+        state = load_server_state(path)
+    except (FileNotFoundError, IntegrityError) as err:
+        raise ConfigError(str(err)) from err
+    mine, theirs = settings.to_dict(), state["settings"]
+    differ = [
+        f"{k}: checkpoint has {theirs.get(k)!r}, run has {v!r}"
+        for k, v in mine.items()
+        if k not in RESUME_MAY_CHANGE and theirs.get(k) != v
+    ]
+    if differ:
+        raise ConfigError(
+            f"cannot resume from {path}: the run's settings differ from the interrupted run's:\n  "
+            + "\n  ".join(differ)
+        )
+    if int(state["round"]) >= settings.num_server_rounds:
+        raise ConfigError(
+            f"{path} is after round {state['round']}, but num-server-rounds="
+            f"{settings.num_server_rounds}: nothing left to run (raise num-server-rounds)"
+        )
+    return state
+
+
 def avoid_hugepage_stalls() -> None:
     """Stop numpy from asking for transparent huge pages for its large arrays.
 
@@ -161,6 +207,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     settings = RunSettings.from_run_config(run_config)
     log.info("Ripple run: %s", json.dumps(settings.to_dict()))
     results_path = confined_results_path(settings)  # before any work
+    saved_state = load_resume_state(settings) if settings.resume else None
 
     t0 = time.perf_counter()
     federation = cached_federation(settings)
@@ -177,6 +224,13 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
 
     state = initial_state(settings, dataset.image_shape, dataset.num_classes)
     strategy = build_strategy(settings, state, federation, router)
+    if settings.checkpoint_every:
+        strategy.checkpoint_path = results_path.with_suffix(".resume.npz")
+    if saved_state is not None:
+        strategy.prepare(grid)  # this process's query round: who is connected now
+        strategy.restore_server_state(saved_state)
+        state = saved_state["fields"].get("latest_global") or state
+        log.info("resumed after round %d from %s", strategy.round_offset, settings.resume)
     result = strategy.start(
         grid,
         state_to_record(state),

@@ -79,6 +79,26 @@ class Ledger:
         self.evaluations.append(record)
         self.evaluation_seconds += record.wall_seconds
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Ledger:
+        """The ledger :meth:`to_dict` described (a resumed run continues it)."""
+        rounds = [
+            RoundRecord(**{**r, "dropped": [Dropped(**x) for x in r["dropped"]]})
+            for r in d["rounds"]
+        ]
+        evaluations = [
+            EvaluationRecord(
+                **{
+                    **e,
+                    "clients": [ClientScore(**c) for c in e["clients"]],
+                    "failed": [Dropped(**x) for x in e["failed"]],
+                }
+            )
+            for e in d["evaluations"]
+        ]
+        t = d["timings"]
+        return cls(rounds, evaluations, t["query"], t["rounds"], t["evaluation"])
+
     def to_dict(self) -> dict[str, Any]:
         """The results file's ``rounds``, ``evaluations`` and ``timings``."""
         return {

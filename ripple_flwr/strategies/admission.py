@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -360,6 +360,32 @@ class ClientRoster:
             len(result.rejected),
         )
         return train if len(train) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The roster as plain data (for a server checkpoint)."""
+        return {
+            "clients": asdict(self.clients),
+            "new_clients": asdict(self.new_clients),
+            "known_nodes": sorted(self.known_nodes),
+            "joined": self.joined,
+            "query_seconds": self.query_seconds,
+        }
+
+    def restore(self, saved: dict[str, Any], node_of: dict[int, int]) -> None:
+        """The saved roster, with node ids from this process's query round where known."""
+
+        def result(d: dict[str, Any]) -> QueryResult:
+            q = QueryResult(**d)
+            q.node_ids = [
+                node_of.get(p, n) for p, n in zip(q.partition_ids, q.node_ids, strict=True)
+            ]
+            q.rejected = {int(k): v for k, v in q.rejected.items()}
+            return q
+
+        self.clients = result(saved["clients"])
+        self.new_clients = result(saved["new_clients"])
+        self.known_nodes |= {int(n) for n in saved["known_nodes"]}
+        self.joined = list(saved["joined"])
 
     def record(self) -> dict[str, Any]:
         """Who took part, for the results file."""

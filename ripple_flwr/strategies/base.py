@@ -14,6 +14,7 @@ import math
 import time
 from abc import abstractmethod
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from ripple_flwr.config import RunSettings
 from ripple_flwr.mixing import uniform_sample
 from ripple_flwr.records import record_to_state, state_to_record
 from ripple_flwr.results import arrayrecord_nbytes, message_nbytes
+from ripple_flwr.resume import save_server_state
 from ripple_flwr.robust import out_of_bound, update_norm
 from ripple_flwr.strategies.accounting import Dropped, EvaluationRecord, Ledger, RoundRecord
 from ripple_flwr.strategies.admission import ClientRoster, QueryResult
@@ -69,6 +71,11 @@ class AppStrategy:
 
     summary_kind: str = "none"
     summary_dim: int | None = None
+    round_offset: int = 0  # rounds already done before this process (a resumed run)
+    checkpoint_path: Path | None = None  # where the server state goes every checkpoint-every
+    # Attributes that make up the method's server state (numpy arrays, dicts, lists, scalars),
+    # saved for resume; each class lists its own, the lists of all bases are joined.
+    checkpoint_fields: tuple[str, ...] = ("failures", "_accepted_norms")
     # Extra ArrayRecords every training reply must carry, by record name (SCAFFOLD: its
     # control delta); validated like the model, a reply without them is dropped.
     extra_reply_references: dict[str, Reference] = {}  # noqa: RUF012 (read-only default)
@@ -193,7 +200,7 @@ class AppStrategy:
         result = super().start(  # type: ignore[misc]
             PollingGrid(grid),
             initial_arrays,
-            num_rounds,
+            num_rounds - self.round_offset,
             timeout,
             train_config,
             evaluate_config,
@@ -351,6 +358,7 @@ class AppStrategy:
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Every client gets the model it would receive, on eval rounds only."""
+        server_round += self.round_offset  # Flower's loop counts from 1 after a resume
         if not self.is_eval_round(server_round):
             return []
         payloads = self.eval_payloads(arrays)
@@ -368,6 +376,13 @@ class AppStrategy:
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         """Sample-weighted mean and spread of the clients' personalised accuracies."""
+        server_round += self.round_offset  # Flower's loop counts from 1 after a resume
+        try:
+            return self._score_round(server_round, replies)
+        finally:
+            self.maybe_checkpoint(server_round)
+
+    def _score_round(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         if not self._eval_sent:
             return None
         pending = {str(m.metadata.message_id): row for row, m in self._eval_sent}
@@ -428,6 +443,51 @@ class AppStrategy:
                 )
             self.failures.pop(row, None)
 
+    # -- resume ----------------------------------------------------------------------------
+    def all_checkpoint_fields(self) -> list[str]:
+        fields: list[str] = []
+        for cls in reversed(type(self).__mro__):
+            for name in cls.__dict__.get("checkpoint_fields", ()):
+                if name not in fields:
+                    fields.append(name)
+        return fields
+
+    def server_state(self, server_round: int) -> dict[str, Any]:
+        """Everything the server needs to continue after ``server_round``."""
+        return {
+            "round": server_round,
+            "method": self.settings.method,
+            "settings": self.settings.to_dict(),
+            "rng": self.rng.bit_generator.state,
+            "ledger": self.ledger.to_dict(),
+            "roster": self.roster.to_dict(),
+            "fields": {name: getattr(self, name) for name in self.all_checkpoint_fields()},
+        }
+
+    def restore_server_state(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`server_state` (after this process's own query round).
+
+        The saved clients keep their rows (partition order); their node ids
+        come from this process's query round, so restarted SuperNodes are found.
+        """
+        fresh = {
+            p: n for p, n in zip(self.clients.partition_ids, self.clients.node_ids, strict=True)
+        }
+        self.roster.restore(state["roster"], fresh)
+        self.rng.bit_generator.state = state["rng"]
+        self.ledger = Ledger.from_dict(state["ledger"])
+        for name, value in state["fields"].items():
+            setattr(self, name, value)
+        self.round_offset = int(state["round"])
+
+    def maybe_checkpoint(self, server_round: int) -> None:
+        every = self.settings.checkpoint_every
+        if self.checkpoint_path is None or not every:
+            return
+        if server_round % every == 0 or server_round == self.num_rounds:
+            save_server_state(self.checkpoint_path, self.server_state(server_round))
+            log.info("round %d: server state saved to %s", server_round, self.checkpoint_path)
+
     def summary(self) -> None:
         s = self.settings
         log.info(
@@ -476,6 +536,7 @@ class ServerModels(AppStrategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """One message per sampled client, each carrying the model that client receives."""
+        server_round += self.round_offset  # Flower's loop counts from 1 after a resume
         rows = self.begin_round(server_round, grid)
         config = ConfigRecord({**dict(config), "server-round": server_round})
         messages = [
@@ -494,6 +555,7 @@ class ServerModels(AppStrategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Validate, drop the bad replies, apply the good ones."""
+        server_round += self.round_offset  # Flower's loop counts from 1 after a resume
         t0 = time.perf_counter()
         accepted = self.accept_replies(server_round, replies)
         arrays = self.apply_updates(server_round, accepted) if accepted else None

@@ -12,6 +12,8 @@ from ripple_flwr.strategies.flower import FlowerModel, fedopt_kwargs, flower_kwa
 class FedAdamMethod(FlowerModel, FedAdam):
     """Flower's FedAdam over the app's clients; eta, beta1, beta2, tau from the run config."""
 
+    checkpoint_fields = ("current_arrays", "m_t", "v_t")  # Flower's FedOpt state
+
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
         FedAdam.__init__(self, **flower_kwargs(settings), **fedopt_kwargs(settings))
         self._init_app(settings, initial_state)

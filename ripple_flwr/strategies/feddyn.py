@@ -19,6 +19,8 @@ from ripple_flwr.strategies.replies import Accepted
 class FedDyn(GlobalModel):
     """FedDyn: server state h, client state g_k; alpha = ``feddyn-alpha``."""
 
+    checkpoint_fields = ("h",)
+
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
         super().__init__(settings, initial_state)
         self.alpha = settings.feddyn_alpha

@@ -55,10 +55,15 @@ class FlowerModel(AppStrategy):
     their method's settings, then :meth:`_init_app`.
     """
 
+    checkpoint_fields = ("latest_global",)
+    latest_global: dict[str, np.ndarray] | None = None  # the loop's current model
+
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Flower's ``configure_train`` over the nodes the run's seeded sampler chose."""
+        server_round += self.round_offset  # Flower's loop counts from 1 after a resume
+        self.latest_global = record_to_state(arrays)
         rows = self.begin_round(server_round, grid)
         if not len(rows):
             return []
@@ -72,6 +77,7 @@ class FlowerModel(AppStrategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Flower's ``aggregate_train`` over the replies that passed validation."""
+        server_round += self.round_offset  # Flower's loop counts from 1 after a resume
         t0 = time.perf_counter()
         accepted = self.accept_replies(server_round, replies)
         arrays = None
@@ -80,6 +86,8 @@ class FlowerModel(AppStrategy):
             if arrays is not None:
                 arrays = self.as_model_dtypes(arrays)
                 arrays = self.refuse_unsafe(server_round, arrays)
+                if arrays is not None:
+                    self.latest_global = record_to_state(arrays)
         return arrays, self.end_round(accepted, time.perf_counter() - t0)
 
     def refuse_unsafe(self, server_round: int, arrays: ArrayRecord) -> ArrayRecord | None:

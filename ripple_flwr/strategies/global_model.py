@@ -50,6 +50,8 @@ class GlobalModel(ServerModels, Strategy):
     its rule can tell a node that lost its state from one that never had any.
     """
 
+    checkpoint_fields = ("global_state", "sent_count", "state_lost")
+
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
         self._init_app(settings, initial_state)
         self.global_state = {k: np.array(v) for k, v in initial_state.items()}

@@ -28,6 +28,8 @@ class LocalOnly(ServerModels, Strategy):
         The initial model every client starts from.
     """
 
+    checkpoint_fields = ("states",)
+
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
         self._init_app(settings, initial_state)
         self.initial_state = {k: np.array(v) for k, v in initial_state.items()}

@@ -65,6 +65,8 @@ class RippleStrategy(ServerModels, Strategy):
         Added to the denominator of eq. 9.
     """
 
+    checkpoint_fields = ("stacked", "weights", "raw_weights", "component_map", "routing")
+
     def __init__(
         self,
         settings: RunSettings,

@@ -24,6 +24,8 @@ from ripple_flwr.strategies.replies import Accepted, state_reference
 class Scaffold(GlobalModel):
     """SCAFFOLD: server control c, client controls c_i (``scaffold`` client rule)."""
 
+    checkpoint_fields = ("control",)
+
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
         super().__init__(settings, initial_state)
         self.control = self.zeros_like_floats()

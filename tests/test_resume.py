@@ -1,0 +1,98 @@
+"""A run that dies continues from its last server checkpoint and ends as if it never died."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import FakeGrid, tiny_run_config
+
+from ripple_flwr.config import ConfigError
+from ripple_flwr.resume import decode, encode, load_server_state, save_server_state
+from ripple_flwr.server import run_server
+
+
+class CrashingGrid(FakeGrid):
+    """The server process 'dies' when it sends the training messages of ``crash_round``."""
+
+    crash_round = 4
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        for m in messages:
+            cfg = m.content.config_records.get("config")
+            if m.metadata.message_type == "train" and int(cfg["server-round"]) == self.crash_round:
+                raise RuntimeError("simulated server crash")
+        return super().push_messages(messages)
+
+
+def comparable(path) -> dict:
+    res = json.loads(path.read_text())
+    for key in ("timings", "settings", "saved_run"):
+        res.pop(key)
+    for r in res["rounds"]:
+        r.pop("server_seconds"), r.pop("wall_seconds")
+    for e in res["evaluations"]:
+        e.pop("wall_seconds")
+    return res
+
+
+@pytest.mark.parametrize("method", ["oracle", "fedadam", "local"])
+def test_interrupted_after_round_3_and_resumed_equals_the_uninterrupted_run(
+    method, cache_dir, tmp_path
+):
+    base = {"num-server-rounds": 5, "checkpoint-every": 1, "eval-every": 2}
+    full_cfg = tiny_run_config(
+        cache_dir, method=method, **base, **{"results-path": str(tmp_path / "full.json")}
+    )
+    full = run_server(FakeGrid(full_cfg), full_cfg)
+
+    cut_cfg = tiny_run_config(
+        cache_dir, method=method, **base, **{"results-path": str(tmp_path / "cut.json")}
+    )
+    with pytest.raises(RuntimeError, match="simulated server crash"):
+        run_server(CrashingGrid(cut_cfg), cut_cfg)
+    ckpt = tmp_path / "cut.resume.npz"
+    assert load_server_state(ckpt)["round"] == 3 and not (tmp_path / "cut.json").exists()
+
+    resumed_cfg = {**cut_cfg, "resume": str(ckpt)}
+    resumed = run_server(FakeGrid(resumed_cfg), resumed_cfg)
+    assert comparable(resumed) == comparable(full)
+
+
+def test_resume_refuses_other_settings_and_damaged_files(cache_dir, tmp_path):
+    cfg = tiny_run_config(
+        cache_dir,
+        **{"num-server-rounds": 2, "checkpoint-every": 1, "results-path": str(tmp_path / "a.json")},
+    )
+    run_server(FakeGrid(cfg), cfg)
+    ckpt = tmp_path / "a.resume.npz"
+    other = {**cfg, "results-path": str(tmp_path / "b.json"), "resume": str(ckpt)}
+    with pytest.raises(ConfigError, match="nothing left to run"):
+        run_server(FakeGrid(other), other)
+    with pytest.raises(ConfigError, match=r"(?s)settings differ.*lr: checkpoint has 0.01"):
+        run_server(FakeGrid(other), {**other, "num-server-rounds": 4, "lr": 0.1})
+    data = bytearray(ckpt.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    ckpt.write_bytes(bytes(data))
+    with pytest.raises(ConfigError, match="corrupted|not a readable"):
+        run_server(FakeGrid(other), {**other, "num-server-rounds": 4})
+
+
+def test_encode_decode_round_trip(tmp_path):
+    state = {
+        "a": np.arange(6, dtype=np.int64).reshape(2, 3),
+        7: [None, True, 2.5, "x", {"w": np.ones(2, np.float32)}],
+        "rng": np.random.default_rng(3).bit_generator.state,
+    }
+    arrays: dict = {}
+    skeleton = encode(state, arrays)
+    back = decode(json.loads(json.dumps(skeleton)), arrays)
+    assert back[7][:4] == [None, True, 2.5, "x"] and back["rng"] == state["rng"]
+    np.testing.assert_array_equal(back["a"], state["a"])
+    path = save_server_state(tmp_path / "s.npz", state)
+    again = load_server_state(path)
+    np.testing.assert_array_equal(again[7][4]["w"], np.ones(2, np.float32))
+    with pytest.raises(TypeError, match="cannot checkpoint a object"):
+        encode({"x": object()}, {})
