@@ -141,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
                 res = finished_results(cfg["results-path"], cfg, ("results-path", "checkpoint"))
             if res is None:
                 run_cfg = {**cfg, "overwrite-results": True}  # a stale run is replaced
-                res = json.loads(run_server(InProcessGrid(run_cfg), run_cfg).read_text())
+                res = json.loads(
+                    run_server(InProcessGrid(run_cfg, keep_traffic=False), run_cfg).read_text()
+                )
             rounds, acc = curve(res)
             finals.append(tail_mean(acc))
             hit = [r for r, a in zip(rounds, acc, strict=True) if a >= 0.9]

@@ -59,7 +59,7 @@ def run(method: str, rounds: int, cache_dir: str, out: Path) -> dict:
         "results-path": str(out / f"{method}.json"),
     }
     os.environ[OUTPUT_DIR_ENV] = str(out.resolve())  # this script is the server
-    path = run_server(InProcessGrid(cfg), cfg)
+    path = run_server(InProcessGrid(cfg, keep_traffic=False), cfg)
     return json.loads(path.read_text())
 
 

@@ -72,7 +72,8 @@ def one(case: str, method: str, fault: str | None, args, out: Path) -> dict:
         "results-path": str(out / f"{method}-{case}.json"),
     }
     os.environ["RIPPLE_OUTPUT_DIR"] = str(out.resolve())  # this script is the server
-    grid = InProcessGrid(cfg, faults=None if fault is None else {BAD: faults.FAULTS[fault]()})
+    bad = None if fault is None else {BAD: faults.FAULTS[fault]()}
+    grid = InProcessGrid(cfg, faults=bad, keep_traffic=False)
     try:
         res = json.loads(run_server(grid, cfg).read_text())
     except Exception as err:  # the "before" code may die: that is the finding

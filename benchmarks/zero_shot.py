@@ -69,7 +69,7 @@ def run(cfg: dict) -> dict:
         log(f"reusing {cfg['results-path']}")
         return res
     cfg = {**cfg, "overwrite-results": True}  # a stale run is replaced
-    return json.loads(run_server(InProcessGrid(cfg), cfg).read_text())
+    return json.loads(run_server(InProcessGrid(cfg, keep_traffic=False), cfg).read_text())
 
 
 def score(model, fed, pids) -> tuple[list[float], list[float], list[int]]:

@@ -36,7 +36,9 @@ class InProcessGrid(Grid):
     ``faults[partition_id]`` may rewrite a reply (or return ``None``: no reply,
     as after a timeout). ``join_after[partition_id] = r`` hides that node until
     the server has pushed the training messages of round ``r`` (a SuperNode
-    that connects late). ``sent`` and ``replies`` record all traffic for the tests.
+    that connects late). ``sent`` and ``replies`` record all traffic for the
+    tests; ``keep_traffic=False`` (benchmarks) keeps none of it, since a long
+    run would hold every model it ever sent (gigabytes over 300 rounds).
     """
 
     def __init__(
@@ -48,6 +50,7 @@ class InProcessGrid(Grid):
         faults: dict[int, Fault] | None = None,
         join_after: dict[int, int] | None = None,
         app: Any = None,
+        keep_traffic: bool = True,
     ) -> None:
         if app is None:
             from ripple_flwr.client import dispatch
@@ -69,6 +72,7 @@ class InProcessGrid(Grid):
         self.faults = faults or {}
         self.join_after = dict(join_after or {})
         self.last_train_round = 0
+        self.keep_traffic = keep_traffic
         self.sent: list[Message] = []
         self.replies: list[Message] = []
         self._outbox: dict[str, Message] = {}
@@ -99,7 +103,8 @@ class InProcessGrid(Grid):
             assert isinstance(msg.metadata.dst_node_id, int)
             mid = uuid.uuid4().hex
             msg.metadata.__dict__["_message_id"] = mid
-            self.sent.append(msg)
+            if self.keep_traffic:
+                self.sent.append(msg)
             if msg.metadata.message_type == "train":
                 cfg = msg.content.config_records.get("config")
                 if cfg is not None and "server-round" in cfg:
@@ -107,7 +112,8 @@ class InProcessGrid(Grid):
             reply = self._deliver(msg)
             if reply is not None:
                 self._outbox[mid] = reply
-                self.replies.append(reply)
+                if self.keep_traffic:
+                    self.replies.append(reply)
             ids.append(mid)
         return ids
 
