@@ -25,17 +25,21 @@ The guarantee, and what it assumes:
   generator on the device (a seeded one is for tests and benchmarks only).
 - Floating-point caveats of the textbook Gaussian mechanism apply (no
   discrete sampler).
+- **Scope: the embedding only.** The model updates a client returns in the
+  training rounds are not privatised here.
 
 Space: the clipping and the noise act on the embedding the client sends
 (raw scattering coefficients). Optionally, and only with public values
 (computed by the server from its own auxiliary set, never from this
-client), the client first maps it to u = (Phi - center) / scale, projects u
-on the orthonormal columns of ``basis`` (P x r), clips and noises those r
-coordinates, and maps the result back into the embedding's space. The
-GMM-VAE applies signed log1p and a per-feature standardisation *inside* the
-model; that, like the map back, is post-processing of the released vector,
-so the guarantee holds for any public center, scale and basis, and the
-server routes the result unchanged. They only decide where the budget goes:
+client), the client first maps it to u = (Phi - center) / scale (after the
+GMM-VAE's signed log1p with ``log_space``), projects u on the orthonormal
+columns of ``basis`` (P x r), clips and noises those r coordinates, and maps
+the result back into the embedding's space (through ``lift``, then the
+inverse log1p). The GMM-VAE applies signed log1p and a per-feature
+standardisation *inside* the model; that, like the map back, is
+post-processing of the released vector, so the guarantee holds for any
+public center, scale, basis and lift, and the server routes the result
+unchanged. They only decide where the budget goes:
 raw coefficients spend the clip on the mean all clients share (the
 order-0 coefficients dominate the norm), and isotropic noise in P = 1,953
 dimensions has a norm about sqrt(P) times its per-coordinate sigma; a
