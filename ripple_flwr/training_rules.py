@@ -109,7 +109,10 @@ def _load_state(
     """The stored tensors of ``key``, or zeros (first round of this client, or a lost state)."""
     saved = store.get(key)
     if saved is not None and set(saved) == set(like):
-        return {n: torch.as_tensor(np.array(saved[n]), dtype=t.dtype) for n, t in like.items()}
+        return {
+            n: torch.as_tensor(np.array(saved[n]), dtype=t.dtype, device=t.device)
+            for n, t in like.items()
+        }
     if saved is not None:
         log.warning("%s in the node's state does not match the model: starting from zero", what)
     elif inputs.returning:
@@ -207,7 +210,10 @@ class ScaffoldRule(ClientRule):
             raise ValueError("SCAFFOLD 'control' record does not match the model's keys")
         self.params = trainable(model)
         like = {k: state[k].detach() for k in self.keys}
-        self.c = {k: torch.as_tensor(np.array(control[k]), dtype=like[k].dtype) for k in self.keys}
+        self.c = {
+            k: torch.as_tensor(np.array(control[k]), dtype=like[k].dtype, device=like[k].device)
+            for k in self.keys
+        }
         self.c_i = _load_state(inputs.store, self.KEY, like, inputs, "SCAFFOLD control c_i")
         self.store = inputs.store
         self.lr, self.momentum = inputs.lr, inputs.momentum
@@ -437,6 +443,8 @@ def train_with_rule(
     """
     from ripple_flwr.local import train_local
 
+    # On the training device before the rule copies anything from it (anchors, c, theta).
+    model.to(torch.device(device))
     rule.begin(model, inputs)
     stats = train_local(
         model,

@@ -485,3 +485,38 @@ def test_paper_defaults():
     s = RunSettings()
     assert (s.feddyn_alpha, s.perfedavg_alpha, s.perfedavg_beta) == (0.01, 0.01, 1e-3)
     assert (s.pfedme_lambda, s.pfedme_inner_steps) == (15.0, 5)
+
+
+def test_a_client_that_failed_before_keeping_state_is_not_reported_lost(cache_dir, tmp_path):
+    import json
+
+    from conftest import tiny_run_config
+
+    from ripple_flwr.client import dispatch
+    from ripple_flwr.server import run_server
+
+    def app(msg, context):
+        cfg = msg.content.config_records.get("config")
+        first = cfg is not None and int(cfg.get("server-round", 0)) == 1
+        if msg.metadata.message_type == "train" and first:
+            if int(context.node_config["partition-id"]) == 0:
+                raise RuntimeError("crashed before training")
+        return dispatch(msg, context)
+
+    cfg = tiny_run_config(
+        cache_dir,
+        method="pfedme",
+        **{
+            "num-server-rounds": 3,
+            "clients-per-round": 6,
+            "eval-every": 3,
+            "results-path": str(tmp_path / "r.json"),
+        },
+    )
+    grid = FakeGrid(cfg, app=app)
+    res = json.loads(run_server(grid, cfg).read_text())
+    assert [len(r["dropped"]) for r in res["rounds"]] == [1, 0, 0]
+    assert res["client_state"]["lost"] == []
+    node0 = next(c for c in grid.contexts.values() if c.node_config["partition-id"] == 0)
+    assert int(node0.state.config_records["ripple.rule-state"]["trained"]) == 2
+    assert "pfedme.theta" in NodeStore(node0.state)

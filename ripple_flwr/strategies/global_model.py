@@ -46,16 +46,18 @@ class GlobalModel(ServerModels, Strategy):
     evaluated with it (its client rule may personalise it first), new clients get it.
 
     Each training message also carries a ConfigRecord ``rule`` with
-    ``returning``: whether this client was sent a training message before, so
-    its rule can tell a node that lost its state from one that never had any.
+    ``returning``: whether a training reply of this client was used before
+    (an error reply does not count: the client may have failed before keeping
+    any state), so its rule can tell a node that lost its state from one that
+    never had any.
     """
 
-    checkpoint_fields = ("global_state", "sent_count", "state_lost")
+    checkpoint_fields = ("global_state", "trained_count", "state_lost")
 
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
         self._init_app(settings, initial_state)
         self.global_state = {k: np.array(v) for k, v in initial_state.items()}
-        self.sent_count: dict[int, int] = {}
+        self.trained_count: dict[int, int] = {}  # row -> training replies received
         self.state_lost: list[dict[str, int]] = []
 
     @property
@@ -74,17 +76,17 @@ class GlobalModel(ServerModels, Strategy):
         return [record] * len(rows)
 
     def extra_train_records(self, rows: np.ndarray) -> list[dict[str, ArrayRecord | ConfigRecord]]:
-        out: list[dict[str, ArrayRecord | ConfigRecord]] = []
-        for row in rows:
-            row = int(row)
-            out.append({"rule": ConfigRecord({"returning": self.sent_count.get(row, 0) > 0})})
-            self.sent_count[row] = self.sent_count.get(row, 0) + 1
-        return out
+        return [
+            {"rule": ConfigRecord({"returning": self.trained_count.get(int(row), 0) > 0})}
+            for row in rows
+        ]
 
     def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
         if not accepted:
             return None
         self.check_client_state(server_round, accepted)
+        for a in accepted:
+            self.trained_count[a.row] = self.trained_count.get(a.row, 0) + 1
         new = self.update(accepted)
         # The model's own dtypes (float64 arithmetic must not double the bytes sent).
         self.global_state = {
@@ -101,14 +103,16 @@ class GlobalModel(ServerModels, Strategy):
 
         Clients of stateful rules report ``state-trained`` (how many trainings
         their ``context.state`` has seen before this one); fewer than the
-        server sent before means the node lost its state (a restarted
-        SuperNode): it started again from zero, which is allowed, and recorded.
+        replies the server used before means the node lost its state (a
+        restarted SuperNode): it started again from zero, which is allowed, and
+        recorded. (A reply the server dropped still counted on the client, so
+        it can only make the client's count larger, never raise a false alarm.)
         """
         for a in accepted:
             metrics = a.message.content.metric_records.get("metrics")
             if metrics is None or "state-trained" not in metrics:
                 continue
-            before = self.sent_count.get(a.row, 1) - 1
+            before = self.trained_count.get(a.row, 0)
             seen = int(metrics["state-trained"])
             if seen < before:
                 pid = self.clients.partition_ids[a.row]

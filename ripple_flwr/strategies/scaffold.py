@@ -24,6 +24,8 @@ from ripple_flwr.strategies.replies import Accepted, state_reference
 class Scaffold(GlobalModel):
     """SCAFFOLD: server control c, client controls c_i (``scaffold`` client rule)."""
 
+    checkpoint_fields = ("control",)  # the server's c, saved for a resumed run
+
     checkpoint_fields = ("control",)
 
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
