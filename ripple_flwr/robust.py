@@ -40,9 +40,22 @@ def update_norm(sent: State, returned: State) -> float:
     return float(np.sqrt(total))
 
 
+def _squares(a: np.ndarray) -> np.ndarray:
+    """Squared norms of the rows of ``a`` (K, ...), overflow-safe as in :func:`update_norm`."""
+    flat = a.reshape(len(a), -1)
+    sq = np.einsum("ij,ij->i", flat, flat).astype(np.float64)
+    if not np.all(np.isfinite(sq)):
+        wide = flat.astype(np.float64)
+        sq = np.einsum("ij,ij->i", wide, wide)
+    return sq
+
+
 def state_norm(state: State) -> float:
-    """L2 norm of a model over its floating-point tensors, in float64."""
-    return update_norm({k: np.zeros_like(v) for k, v in state.items()}, state)
+    """L2 norm of a model over its floating-point tensors."""
+    floats = [
+        np.asarray(v) for v in state.values() if np.issubdtype(np.asarray(v).dtype, np.inexact)
+    ]
+    return float(np.sqrt(sum(float(_squares(v.reshape(1, -1))[0]) for v in floats)))
 
 
 def low_median(values: Sequence[float]) -> float | None:
@@ -95,3 +108,27 @@ def unsafe_step(before: State, after: State, max_growth: float = 10.0) -> str | 
     if new > max_growth * max(old, 1.0):
         return f"model norm would grow from {old:.4g} to {new:.4g} (more than {max_growth:g} x)"
     return None
+
+
+def unsafe_stacked_steps(before: State, after: State, max_growth: float = 10.0) -> list[str | None]:
+    """:func:`unsafe_step` for K models stacked on a leading axis, vectorised over K."""
+    k = len(next(iter(before.values())))
+    old, new = np.zeros(k), np.zeros(k)
+    bad: list[str | None] = [None] * k
+    for key, value in after.items():
+        a = np.asarray(value)
+        if not np.issubdtype(a.dtype, np.inexact):
+            continue
+        finite = np.isfinite(a.reshape(k, -1)).all(axis=1)
+        for c in np.flatnonzero(~finite):
+            bad[c] = bad[c] or f"tensor {key!r} would not be finite"
+        old += _squares(np.asarray(before[key]))
+        new += _squares(np.where(finite.reshape((k,) + (1,) * (a.ndim - 1)), a, 0))
+    old, new = np.sqrt(old), np.sqrt(new)
+    for c in range(k):
+        if bad[c] is None and new[c] > max_growth * max(old[c], 1.0):
+            bad[c] = (
+                f"model norm would grow from {old[c]:.4g} to {new[c]:.4g} "
+                f"(more than {max_growth:g} x)"
+            )
+    return bad

@@ -7,7 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from ripple_flwr.robust import low_median, out_of_bound, state_norm, unsafe_step, update_norm
+from ripple_flwr.robust import (
+    low_median,
+    out_of_bound,
+    state_norm,
+    unsafe_stacked_steps,
+    unsafe_step,
+    update_norm,
+)
 
 
 def test_update_norm_by_hand_skips_counters():
@@ -51,3 +58,12 @@ def test_unsafe_step():
     assert unsafe_step(before, {"w": np.array([3.5, 4.5])}) is None
     assert "from 5 to 500" in unsafe_step(before, {"w": np.array([300.0, 400.0])})
     assert "not be finite" in unsafe_step(before, {"w": np.array([np.inf, 0.0])})
+
+
+def test_unsafe_stacked_steps_match_the_one_model_rule():
+    before = {"w": np.array([[3.0, 4.0], [1.0, 0.0], [0.0, 0.0]], np.float32)}
+    after = {"w": np.array([[3.5, 4.5], [100.0, 0.0], [np.nan, 0.0]], np.float32)}
+    got = unsafe_stacked_steps(before, after)
+    want = [unsafe_step({"w": before["w"][c]}, {"w": after["w"][c]}) for c in range(3)]
+    assert got == want
+    assert got[0] is None and "from 1 to 100" in got[1] and "not be finite" in got[2]

@@ -23,7 +23,7 @@ from ripple_flwr.mixing import (
     unstack,
 )
 from ripple_flwr.results import hard_ari, routing_metrics
-from ripple_flwr.robust import unsafe_step
+from ripple_flwr.robust import unsafe_stacked_steps
 from ripple_flwr.strategies.admission import QueryResult
 from ripple_flwr.strategies.base import ServerModels, states_to_records
 from ripple_flwr.strategies.replies import Accepted
@@ -217,10 +217,7 @@ class RippleStrategy(ServerModels, Strategy):
         updated = apply_stacked_deltas(
             self.stacked, deltas, wrows, self.settings.server_lr, self.eps
         )
-        for c in range(self.num_models):
-            reason = unsafe_step(
-                {k: v[c] for k, v in self.stacked.items()}, {k: v[c] for k, v in updated.items()}
-            )
+        for c, reason in enumerate(unsafe_stacked_steps(self.stacked, updated)):
             if reason is not None:
                 log.error(
                     "round %d: refused the update of cluster model %d (%s); all cluster models "
