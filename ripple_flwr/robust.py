@@ -111,7 +111,12 @@ def unsafe_step(before: State, after: State, max_growth: float = 10.0) -> str | 
 
 
 def unsafe_stacked_steps(before: State, after: State, max_growth: float = 10.0) -> list[str | None]:
-    """:func:`unsafe_step` for K models stacked on a leading axis, vectorised over K."""
+    """:func:`unsafe_step` for K models stacked on a leading axis, vectorised over K.
+
+    A non-finite value shows in its row's squared norm, so one einsum per
+    tensor checks both; only a row whose square is not finite is looked at
+    again (in float64, to tell an overflow from a NaN or Inf).
+    """
     k = len(next(iter(before.values())))
     old, new = np.zeros(k), np.zeros(k)
     bad: list[str | None] = [None] * k
@@ -119,11 +124,16 @@ def unsafe_stacked_steps(before: State, after: State, max_growth: float = 10.0) 
         a = np.asarray(value)
         if not np.issubdtype(a.dtype, np.inexact):
             continue
-        finite = np.isfinite(a.reshape(k, -1)).all(axis=1)
-        for c in np.flatnonzero(~finite):
-            bad[c] = bad[c] or f"tensor {key!r} would not be finite"
+        flat = a.reshape(k, -1)
+        sq = np.einsum("ij,ij->i", flat, flat).astype(np.float64)
+        for c in np.flatnonzero(~np.isfinite(sq)):
+            wide = flat[c].astype(np.float64)
+            sq[c] = float(np.dot(wide, wide))
+            if not np.isfinite(sq[c]):
+                bad[c] = bad[c] or f"tensor {key!r} would not be finite"
+                sq[c] = 0.0
+        new += sq
         old += _squares(np.asarray(before[key]))
-        new += _squares(np.where(finite.reshape((k,) + (1,) * (a.ndim - 1)), a, 0))
     old, new = np.sqrt(old), np.sqrt(new)
     for c in range(k):
         if bad[c] is None and new[c] > max_growth * max(old[c], 1.0):
