@@ -238,3 +238,23 @@ def test_same_seed_same_results_whatever_the_reply_order(cache_dir, tmp_path):
             e.pop("wall_seconds")
         outs.append(json.dumps(res, sort_keys=True))
     assert outs[0] == outs[1]
+
+
+def test_when_every_client_is_left_out_rounds_send_nothing_and_the_run_ends(cache_dir, tmp_path):
+    everyone_dead = {p: faults.dead_after(0) for p in range(6)}
+    cfg = tiny_run_config(
+        cache_dir,
+        method="fedavg",
+        **{
+            "clients-per-round": 6,
+            "num-server-rounds": 4,
+            "max-failures": 2,
+            "round-timeout": 5.0,
+            "results-path": str(tmp_path / "dead.json"),
+        },
+    )
+    res = json.loads(run_server(FakeGrid(cfg, faults=everyone_dead), cfg).read_text())
+    # Rounds 1-2 fail for everyone; from round 3 on nobody is sampled and nothing is sent.
+    assert [len(r["sampled"]) for r in res["rounds"]] == [6, 6, 0, 0]
+    assert [len(r["dropped"]) for r in res["rounds"]] == [6, 6, 0, 0]
+    assert all(e["coverage"] == 0.0 for e in res["evaluations"])

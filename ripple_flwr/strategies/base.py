@@ -206,6 +206,9 @@ class AppStrategy:
             evaluate_config,
             evaluate_fn,
         )
+        # No aggregate at all (every reply refused): the model is still the one it started with.
+        if not len(result.arrays):
+            result.arrays = initial_arrays
         self.final_global = result.arrays
         return result
 
@@ -213,6 +216,7 @@ class AppStrategy:
     def begin_round(self, server_round: int, grid: Grid) -> np.ndarray:
         """Admit late joiners and draw this round's rows with the run's seeded sampler."""
         self.admit(grid, server_round)
+        self._sent_messages = []  # a round that sends nothing must not wait on the last one's
         self._round_start = time.perf_counter()
         rows = np.asarray(self.sample_rows(server_round), dtype=np.int64)
         self._round = RoundRecord(
