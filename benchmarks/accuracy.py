@@ -189,10 +189,11 @@ def reference_curves(args: argparse.Namespace) -> dict[str, list]:
         return {}
     ref = json.loads(Path(args.reference).read_text())
     seeds = ",".join(str(s) for s in ref.get("seeds", []))
+    # Lines written before the summaries kept their curves have none to draw.
     return {
         f"{name} (seeds {seeds})": ref["methods"][name]["curve"]
         for name in args.reference_methods
-        if name in ref.get("methods", {})
+        if "curve" in ref.get("methods", {}).get(name, {})
     }
 
 
