@@ -68,9 +68,7 @@ def test_a_supernode_sending_huge_weights_is_dropped_and_the_run_completes(tmp_p
     shutil.copytree(
         root,
         app,
-        ignore=shutil.ignore_patterns(
-            ".git", "outputs", "docs", "__pycache__", "*.egg-info", ".*"
-        ),
+        ignore=shutil.ignore_patterns(".git", "outputs", "docs", "__pycache__", "*.egg-info", ".*"),
     )
     (app / "client_app.py").write_text(HOSTILE_CLIENT_APP)
     link = free_port()
