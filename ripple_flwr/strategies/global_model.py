@@ -125,7 +125,7 @@ class GlobalModel(ServerModels, Strategy):
                     before,
                 )
                 self.state_lost.append(
-                    {"round": server_round, "partition": pid, "seen": seen, "sent": before}
+                    {"round": server_round, "partition": pid, "seen": seen, "used": before}
                 )
 
     def run_record(self) -> dict[str, Any]:
