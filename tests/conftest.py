@@ -255,6 +255,71 @@ def run_flwr(args: list[str], env: dict[str, str], timeout: float):
     )
 
 
+def run_insecure_deployment(
+    tmp_path: Path,
+    ray_tmp: Path,
+    run_config: str,
+    node_configs: list[str],
+    app: str | Path = ".",
+    timeout: float = 300,
+) -> Processes:
+    """A loopback SuperLink, one SuperNode per ``node_configs`` entry, and ``flwr run APP deploy``.
+
+    Asserts the run finished ``completed`` and that every process was stopped;
+    returns the stopped processes (their logs stay readable).
+    """
+    link = free_port()
+    procs = Processes(tmp_path)
+    try:
+        procs.start(
+            "superlink",
+            [
+                "flower-superlink",
+                "--insecure",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(link),
+                "--database",
+                str(tmp_path / "state.db"),
+            ],
+            flower_env(tmp_path / "home-superlink", ray_tmp),
+        )
+        wait_for_port(link, 60, procs)
+        for i, node_config in enumerate(node_configs):
+            procs.start(
+                f"supernode-{i}",
+                [
+                    "flower-supernode",
+                    "--insecure",
+                    "--superlink",
+                    f"127.0.0.1:{link}",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(free_port()),
+                    "--node-config",
+                    node_config,
+                ],
+                flower_env(tmp_path / f"home-supernode-{i}", ray_tmp),
+            )
+        cli_home = tmp_path / "home-cli"
+        env = flower_env(cli_home, ray_tmp)
+        write_cli_config(cli_home, "deploy", link)
+        out = run_flwr(
+            ["run", str(app), "deploy", "--stream", "--run-config", run_config], env, timeout
+        )
+        text = out.stdout + out.stderr
+        assert out.returncode == 0, text[-4000:]
+        status = run_status(text, env, "deploy")
+        assert status == "finished:completed", f"{status}\n{text[-4000:]}\n{procs.logs()}"
+    finally:
+        procs.stop()
+    for name, proc, _ in procs.procs:
+        assert proc.poll() is not None, f"{name} still running"
+    return procs
+
+
 def run_status(output: str, env: dict[str, str], federation: str) -> str:
     """The status of the run ``flwr run`` started (it exits 0 even when the run failed)."""
     import json

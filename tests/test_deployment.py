@@ -11,15 +11,7 @@ import json
 import shutil
 
 import pytest
-from conftest import (
-    Processes,
-    flower_env,
-    free_port,
-    run_flwr,
-    run_status,
-    wait_for_port,
-    write_cli_config,
-)
+from conftest import run_insecure_deployment
 
 pytestmark = [
     pytest.mark.slow,
@@ -31,7 +23,6 @@ pytestmark = [
 
 
 def test_loopback_deployment_two_supernodes(tmp_path, ray_tmp):
-    link = free_port()
     results = tmp_path / "results.json"
     cache = tmp_path / "cache"
     run_config = (
@@ -41,54 +32,8 @@ def test_loopback_deployment_two_supernodes(tmp_path, ray_tmp):
         f'results-path="{results}" cache-dir="{cache}" node-wait-timeout=60.0 '
         "round-timeout=120.0"
     )
-    procs = Processes(tmp_path)
-    try:
-        procs.start(
-            "superlink",
-            [
-                "flower-superlink",
-                "--insecure",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(link),
-                "--database",
-                str(tmp_path / "state.db"),
-            ],
-            flower_env(tmp_path / "home-superlink", ray_tmp),
-        )
-        wait_for_port(link, 60, procs)
-        for pid in range(2):
-            procs.start(
-                f"supernode-{pid}",
-                [
-                    "flower-supernode",
-                    "--insecure",
-                    "--superlink",
-                    f"127.0.0.1:{link}",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(free_port()),
-                    "--node-config",
-                    f"partition-id={pid} num-partitions=2",
-                ],
-                flower_env(tmp_path / f"home-supernode-{pid}", ray_tmp),
-            )
-        cli_home = tmp_path / "home-cli"
-        env = flower_env(cli_home, ray_tmp)
-        write_cli_config(cli_home, "deploy", link)
-        out = run_flwr(
-            ["run", ".", "deploy", "--stream", "--run-config", run_config], env, timeout=170
-        )
-        text = out.stdout + out.stderr
-        assert out.returncode == 0, text[-4000:]
-        status = run_status(text, env, "deploy")
-        assert status == "finished:completed", f"{status}\n{text[-4000:]}\n{procs.logs()}"
-    finally:
-        procs.stop()
-    for name, proc, _ in procs.procs:
-        assert proc.poll() is not None, f"{name} still running"
+    node_configs = [f"partition-id={pid} num-partitions=2" for pid in range(2)]
+    run_insecure_deployment(tmp_path, ray_tmp, run_config, node_configs, timeout=170)
     r = json.loads(results.read_text())
     assert r["clients"]["partition_ids"] == [0, 1]
     assert r["checkpoint"]["source"] == "pretrained"

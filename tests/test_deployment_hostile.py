@@ -12,15 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import (
-    Processes,
-    flower_env,
-    free_port,
-    run_flwr,
-    run_status,
-    wait_for_port,
-    write_cli_config,
-)
+from conftest import run_insecure_deployment
 
 pytestmark = [
     pytest.mark.slow,
@@ -71,7 +63,6 @@ def test_a_supernode_sending_huge_weights_is_dropped_and_the_run_completes(tmp_p
         ignore=shutil.ignore_patterns(".git", "outputs", "docs", "__pycache__", "*.egg-info", ".*"),
     )
     (app / "client_app.py").write_text(HOSTILE_CLIENT_APP)
-    link = free_port()
     results = tmp_path / "results.json"
     run_config = (
         'method="fedavg" num-partitions=3 partition-size=60 aux-size=300 num-components=4 '
@@ -79,53 +70,11 @@ def test_a_supernode_sending_huge_weights_is_dropped_and_the_run_completes(tmp_p
         f'results-path="{results}" cache-dir="{tmp_path / "cache"}" node-wait-timeout=60.0 '
         "round-timeout=120.0"
     )
-    procs = Processes(tmp_path)
-    try:
-        procs.start(
-            "superlink",
-            [
-                "flower-superlink",
-                "--insecure",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(link),
-                "--database",
-                str(tmp_path / "state.db"),
-            ],
-            flower_env(tmp_path / "home-superlink", ray_tmp),
-        )
-        wait_for_port(link, 60, procs)
-        for pid in range(3):
-            fault = ' fault="huge-weights"' if pid == 1 else ""
-            procs.start(
-                f"supernode-{pid}",
-                [
-                    "flower-supernode",
-                    "--insecure",
-                    "--superlink",
-                    f"127.0.0.1:{link}",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(free_port()),
-                    "--node-config",
-                    f"partition-id={pid} num-partitions=3{fault}",
-                ],
-                flower_env(tmp_path / f"home-supernode-{pid}", ray_tmp),
-            )
-        cli_home = tmp_path / "home-cli"
-        env = flower_env(cli_home, ray_tmp)
-        write_cli_config(cli_home, "deploy", link)
-        out = run_flwr(
-            ["run", str(app), "deploy", "--stream", "--run-config", run_config], env, timeout=400
-        )
-        text = out.stdout + out.stderr
-        assert out.returncode == 0, text[-4000:]
-        status = run_status(text, env, "deploy")
-        assert status == "finished:completed", f"{status}\n{text[-4000:]}\n{procs.logs()}"
-    finally:
-        procs.stop()
+    node_configs = [
+        f"partition-id={pid} num-partitions=3" + (' fault="huge-weights"' if pid == 1 else "")
+        for pid in range(3)
+    ]
+    run_insecure_deployment(tmp_path, ray_tmp, run_config, node_configs, app=app, timeout=400)
     r = json.loads(results.read_text())
     for rnd in r["rounds"]:
         (drop,) = rnd["dropped"]
