@@ -92,14 +92,8 @@ class FlowerModel(AppStrategy):
 
     def refuse_unsafe(self, server_round: int, arrays: ArrayRecord) -> ArrayRecord | None:
         """``None`` (the global model stays as it was) if the aggregate is not a sane step."""
-        sent = (
-            self._sent_messages[0][1].content.array_records["arrays"]
-            if self._sent_messages
-            else None
-        )
-        if sent is None:
-            return arrays
-        reason = unsafe_step(record_to_state(sent), record_to_state(arrays))
+        # The model sent this round, decoded once in configure_train.
+        reason = unsafe_step(self.latest_global, record_to_state(arrays))
         if reason is None:
             return arrays
         log.error(
