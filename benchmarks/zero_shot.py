@@ -6,8 +6,9 @@ and FedAvg on the same federation (Fashion-MNIST, 100 clients x 200,
 with Dir(alpha_test) from data no training client holds. Ripple's new
 clients get theta_new from one router pass (through ``ripple_flwr.onboarding``,
 the API ``onboard.py`` uses); FedAvg's get its global model; "best-by-loss"
-scores every Ripple cluster model on each new client and keeps the one with
-the lowest loss (the oracle advantage the paper gives its baselines).
+gives each new client the Ripple cluster model with the lowest loss on its
+training split, scored on its test split (the advantage the paper gives its
+baselines, without letting the test labels choose).
 Ripple's in-run zero-shot score (the Flower path) is reported beside the
 offline one for the first alpha_test as a cross-check.
 
@@ -72,11 +73,12 @@ def run(cfg: dict) -> dict:
     return json.loads(run_server(InProcessGrid(cfg, keep_traffic=False), cfg).read_text())
 
 
-def score(model, fed, pids) -> tuple[list[float], list[float], list[int]]:
-    """Accuracy, loss and test size of one model on each client's own test split."""
+def score(model, fed, pids, split: str = "test") -> tuple[list[float], list[float], list[int]]:
+    """Accuracy, loss and size of one model on each client's own test (or train) split."""
     accs, losses, sizes = [], [], []
     for pid in pids:
-        _, _, x, y = fed.client_data(pid)
+        x_train, y_train, x_test, y_test = fed.client_data(pid)
+        x, y = (x_train, y_train) if split == "train" else (x_test, y_test)
         stats = evaluate_model(model, x, y, device="cpu")
         accs.append(stats["accuracy"])
         losses.append(stats["loss"])
@@ -99,11 +101,10 @@ def zero_shot_scores(saved_run: str, fed, pids: list[int], best_by_loss: bool) -
         sizes += n
     out = {"accuracy": weighted(accs, sizes)}
     if best_by_loss:
-        per_model = [
-            score(onboarder.build_model(state), fed, pids)
-            for state in unstack(onboarder.run.cluster_states)
-        ]
-        losses = np.array([m[1] for m in per_model])  # (models, clients)
+        models = [onboarder.build_model(s) for s in unstack(onboarder.run.cluster_states)]
+        per_model = [score(m, fed, pids) for m in models]
+        # Chosen on each client's training split: its test labels take no part in the choice.
+        losses = np.array([score(m, fed, pids, split="train")[1] for m in models])
         pick = losses.argmin(axis=0)
         best = [per_model[m][0][i] for i, m in enumerate(pick)]
         out["best_by_loss"] = weighted(best, sizes)

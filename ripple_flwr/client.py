@@ -17,6 +17,11 @@ Message contents (the wire protocol of the app):
   weights) and ``metrics`` (num-examples, train_loss).
 - ``evaluate``: ``arrays`` and ``config``; reply ``metrics`` (loss,
   accuracy, num-examples, partition-id).
+- Either message may carry several candidate models (``arrays`` plus
+  ``candidate-1`` ...; :mod:`ripple_flwr.candidates`): the client keeps the
+  one with the lowest loss on its training split and adds ``chosen`` and
+  ``candidate-losses`` to its reply's metrics (IFCA's rounds, the clustered
+  baselines' zero-shot choice).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
+from ripple_flwr.candidates import lowest_loss, split_candidates
 from ripple_flwr.config import RunSettings, settings_from_context
 from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
 from ripple_flwr.federation_cache import cached_federation
@@ -186,6 +192,24 @@ def train_client(
     return get_state(model), metrics, reply_extras
 
 
+def choose_candidate(
+    settings: RunSettings, pid: int, states: list[dict[str, np.ndarray]]
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The candidate with the lowest loss on the client's training split, and the metrics.
+
+    Only the training split is used: the test split the client is scored on
+    takes no part in the choice.
+    """
+    if len(states) == 1:
+        return states[0], {}
+    _limit_threads(settings)
+    fed = cached_federation(settings)
+    x, y, _, _ = fed.client_data(pid)
+    model = _model_for(settings, fed.dataset.image_shape, fed.dataset.num_classes)
+    best, losses = lowest_loss(model, states, x, y, device=device())
+    return states[best], {"chosen": best, "candidate-losses": losses}
+
+
 def client_rule(settings: RunSettings) -> ClientRule:
     """A fresh instance of the run's method's client rule, with the run's settings."""
     return CLIENT_RULES[get_method(settings.method).client_rule](settings)
@@ -258,12 +282,9 @@ def handle_train(msg: Message, context: Context) -> Message:
     """Train the received model locally; reply with the full trained weights."""
     settings, pid = _settings_and_pid(context)
     config = msg.content.config_records.get("config", ConfigRecord())
-    state = record_to_state(msg.content.array_records["arrays"])
-    extras = {
-        name: record_to_state(record)
-        for name, record in msg.content.array_records.items()
-        if name != "arrays"
-    }
+    candidates, others = split_candidates(msg.content.array_records)
+    state, choice = choose_candidate(settings, pid, [record_to_state(r) for r in candidates])
+    extras = {name: record_to_state(record) for name, record in others.items()}
     rule_config = msg.content.config_records.get("rule", ConfigRecord())
     new_state, metrics, reply_extras = train_client(
         settings,
@@ -279,6 +300,7 @@ def handle_train(msg: Message, context: Context) -> Message:
         store=NodeStore(context.state),
         returning=bool(rule_config.get("returning", False)),
     )
+    metrics.update(choice)
     if client_rule(settings).stateful:
         # How many trainings this node's state has seen: the server compares it with how
         # many it sent, so a node that lost its state (a restarted SuperNode) is recorded.
@@ -292,10 +314,12 @@ def handle_train(msg: Message, context: Context) -> Message:
 
 
 def handle_evaluate(msg: Message, context: Context) -> Message:
-    """Evaluate the received model on the client's own test split."""
+    """Evaluate the received model (or the best candidate on the train split) on the test split."""
     settings, pid = _settings_and_pid(context)
-    state = record_to_state(msg.content.array_records["arrays"])
+    candidates, _ = split_candidates(msg.content.array_records)
+    state, choice = choose_candidate(settings, pid, [record_to_state(r) for r in candidates])
     metrics = evaluate_client(settings, pid, state, NodeStore(context.state))
+    metrics.update(choice)
     metrics["partition-id"] = pid
     return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
 

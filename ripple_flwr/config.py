@@ -89,6 +89,9 @@ class RunSettings:
     pfedme_lambda, pfedme_inner_steps, pfedme_personal_lr, pfedme_beta : pFedMe's
         lambda and K (the paper: 15, 5), the inner solver's step and the server's
         mixing beta (pFedMe's paper: 0.09 on MNIST, 1.0).
+    cfl_warmup, cfl_eps1, cfl_eps2, cfl_max_clusters : CFL splits a cluster from round
+        ``cfl_warmup`` on when its mean update norm < eps1 and its largest > eps2, up
+        to ``cfl_max_clusters`` clusters (the paper's cap: 10).
     """
 
     method: str = "ripple"
@@ -130,6 +133,10 @@ class RunSettings:
     pfedme_inner_steps: int = 5
     pfedme_personal_lr: float = 0.09
     pfedme_beta: float = 1.0
+    cfl_warmup: int = 60
+    cfl_eps1: float = 0.35
+    cfl_eps2: float = 0.9
+    cfl_max_clusters: int = 10
     update_norm_factor: float = 10.0
     trimmed_beta: float = 0.2
     krum_malicious: int = 1
@@ -313,6 +320,15 @@ class RunSettings:
                 f"pfedme-beta (server mixing) must be in (0, 2] (1 = plain mean), got "
                 f"{self.pfedme_beta}"
             )
+        if self.cfl_warmup < 1:
+            raise ConfigError(f"cfl-warmup must be >= 1 round, got {self.cfl_warmup}")
+        if not (0 < self.cfl_eps1 < math.inf and 0 < self.cfl_eps2 < math.inf):
+            raise ConfigError(
+                f"cfl-eps1 and cfl-eps2 must be finite numbers > 0, got {self.cfl_eps1} and "
+                f"{self.cfl_eps2}"
+            )
+        if self.cfl_max_clusters < 1:
+            raise ConfigError(f"cfl-max-clusters must be >= 1, got {self.cfl_max_clusters}")
         for key, value in (
             ("node-wait-timeout", self.node_wait_timeout),
             ("round-timeout", self.round_timeout),

@@ -30,12 +30,23 @@ Export = Literal["clusters", "global", "none"]
 
 @dataclass(frozen=True)
 class MethodInputs:
-    """What building a strategy may use: settings, initial model, pi* and the router."""
+    """What building a strategy may use: settings, initial model, pi*, the router.
+
+    ``fresh_state(i)`` builds the i-th distinct seeded initialisation (i = 0
+    is ``initial_state``): IFCA's and FeSEM's K models start from different ones.
+    """
 
     settings: RunSettings
     initial_state: dict[str, np.ndarray]
     true_mixtures: np.ndarray | None = None
     router: Any = None
+    fresh_state: Callable[[int], dict[str, np.ndarray]] | None = None
+
+    def initial_states(self, k: int) -> list[dict[str, np.ndarray]]:
+        """``k`` initial models: ``initial_state`` and k - 1 distinct seeded ones."""
+        if self.fresh_state is None:
+            raise ValueError("this method needs distinct initial models: pass fresh_state")
+        return [self.initial_state] + [self.fresh_state(i) for i in range(1, k)]
 
 
 @dataclass(frozen=True)
@@ -127,6 +138,26 @@ def _oracle(inp: MethodInputs):
     return RippleStrategy(
         inp.settings, inp.initial_state, weights=inp.true_mixtures, truth=inp.true_mixtures
     )
+
+
+def _ifca(inp: MethodInputs):
+    from ripple_flwr.strategies.ifca import IFCA
+
+    k = inp.settings.num_components
+    return IFCA(inp.settings, inp.initial_states(k), truth=inp.true_mixtures)
+
+
+def _fesem(inp: MethodInputs):
+    from ripple_flwr.strategies.fesem import FeSEM
+
+    k = inp.settings.num_components
+    return FeSEM(inp.settings, inp.initial_states(k), truth=inp.true_mixtures)
+
+
+def _cfl(inp: MethodInputs):
+    from ripple_flwr.strategies.cfl import CFL
+
+    return CFL(inp.settings, inp.initial_state, truth=inp.true_mixtures)
 
 
 def _strategy_class(module: str, cls: str) -> Callable[[MethodInputs], Any]:
@@ -270,6 +301,33 @@ register(
         _strategy_class("ripple_flwr.strategies.krum", "KrumMethod"),
         models="one",
         exports="global",
+    )
+)
+register(
+    MethodSpec(
+        "ifca",
+        "IFCA: all K models to each client, it trains the lowest-loss one (K x FedAvg down)",
+        _ifca,
+        models="clusters",
+        exports="none",
+    )
+)
+register(
+    MethodSpec(
+        "fesem",
+        "FeSEM: each client trains the centre nearest (L2) its own last model; centre = mean",
+        _fesem,
+        models="clusters",
+        exports="none",
+    )
+)
+register(
+    MethodSpec(
+        "cfl",
+        "CFL: one model, split by cosine similarity of updates when the joint one stalls",
+        _cfl,
+        models="clusters",
+        exports="none",
     )
 )
 register(

@@ -16,7 +16,7 @@ from ripple_flwr.config import ConfigError, RunSettings
 from ripple_flwr.results import default_results_path
 
 OUTPUT_DIR_ENV = "RIPPLE_OUTPUT_DIR"
-SIDE_FILES = (".png", ".run.pt")  # written beside the results file
+SIDE_FILES = (".png", ".assignment.png", ".run.pt")  # written beside the results file
 
 
 def output_root() -> Path:
@@ -49,6 +49,6 @@ def confined_results_path(settings: RunSettings) -> Path:
     if existing and not settings.overwrite_results:
         raise ConfigError(
             f"{existing[0]} exists already; choose another results-path, or set "
-            "overwrite-results=true to replace it (and the .png / .run.pt beside it)"
+            "overwrite-results=true to replace it (and the .png / .assignment.png / .run.pt beside it)"
         )
     return path

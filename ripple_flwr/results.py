@@ -147,7 +147,7 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def write_results(path: str | Path, results: dict[str, Any], plot: bool = True) -> Path:
-    """Write the results JSON (atomically) and, next to it, a PNG of accuracy over rounds."""
+    """Write the results JSON (atomically) and, next to it, PNGs of accuracy and assignment."""
     path = Path(path).expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"results_version": RESULTS_VERSION, **to_jsonable(results)}
@@ -155,10 +155,13 @@ def write_results(path: str | Path, results: dict[str, Any], plot: bool = True) 
     tmp.write_text(json.dumps(payload, indent=2))
     tmp.replace(path)
     if plot:
-        try:
-            plot_accuracy(payload, path.with_suffix(".png"))
-        except Exception as err:  # a plot must never lose the results
-            log.warning("could not plot %s: %s", path, err)
+        from ripple_flwr.assignment_plot import plot_assignment
+
+        for draw, suffix in ((plot_accuracy, ".png"), (plot_assignment, ".assignment.png")):
+            try:
+                draw(payload, path.with_suffix(suffix))
+            except Exception as err:  # a plot must never lose the results
+                log.warning("could not plot %s: %s", path.with_suffix(suffix), err)
     return path
 
 

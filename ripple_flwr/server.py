@@ -87,17 +87,33 @@ def resolve_checkpoint(
     return ckpt, {"checkpoint": str(path), "source": "pretrained", "report": summary}
 
 
-def initial_state(settings: RunSettings, image_shape, num_classes: int) -> dict[str, np.ndarray]:
-    """One seeded build: every cluster (and client) model starts from it."""
+def initial_state(
+    settings: RunSettings, image_shape, num_classes: int, index: int = 0
+) -> dict[str, np.ndarray]:
+    """One seeded build: every cluster (and client) model starts from it.
+
+    ``index`` > 0 gives further, distinct seeded initialisations (IFCA's and
+    FeSEM's K models); index 0 is the run's one initial model.
+    """
+    seed = settings.seed
+    if index:
+        seed = int(np.random.SeedSequence([settings.seed, index]).generate_state(1)[0])
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(settings.seed)
+        torch.manual_seed(seed)
         model = build_model(settings.model, image_shape, num_classes)
     return get_state(model)
 
 
 def build_strategy(settings: RunSettings, state, federation, router=None):
     """The strategy of ``settings.method``, built by its registry entry."""
-    inputs = MethodInputs(settings, state, true_mixtures=federation.mixtures, router=router)
+    shape, classes = federation.dataset.image_shape, federation.dataset.num_classes
+    inputs = MethodInputs(
+        settings,
+        state,
+        true_mixtures=federation.mixtures,
+        router=router,
+        fresh_state=lambda i: initial_state(settings, shape, classes, index=i),
+    )
     return get_method(settings.method).build(inputs)
 
 

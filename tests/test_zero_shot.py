@@ -9,6 +9,7 @@ import pytest
 from conftest import FakeGrid, tiny_run_config
 from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 
+from ripple_flwr.candidates import split_candidates
 from ripple_flwr.client import record_to_state, state_to_record
 from ripple_flwr.config import ConfigError, RunSettings
 from ripple_flwr.hdb import collapse_weights
@@ -34,7 +35,9 @@ class Clients:
         if kind == "query":
             info = ConfigRecord({"partition-id": pid, "num-partitions": self.total})
             return Message(RecordDict({"info": info}), reply_to=msg)
-        state = record_to_state(msg.content.array_records["arrays"])
+        candidates, _ = split_candidates(msg.content.array_records)
+        states = [record_to_state(r) for r in candidates]
+        state = states[0]
         self.received.setdefault((kind, pid), []).append(state)
         if kind == "train":
             new = {"w": state["w"] + (pid + 1.0), "n": state["n"] + 1}
@@ -42,9 +45,14 @@ class Clients:
             return Message(
                 RecordDict({"arrays": state_to_record(new), "metrics": metrics}), reply_to=msg
             )
-        # The loss favours the model whose first weight is closest to 10 * pid.
-        loss = float(abs(state["w"][0] - 10 * pid))
+        # The training-split loss favours the model whose first weight is closest to 10 * pid;
+        # the test-split loss is the opposite, so a choice made on it would differ.
+        train_losses = [float(abs(s["w"][0] - 10 * pid)) for s in states]
+        chosen = int(np.argmin(train_losses))
+        loss = -train_losses[chosen]
         metrics = MetricRecord({"loss": loss, "accuracy": pid / 10, "num-examples": 10})
+        if len(states) > 1:
+            metrics["chosen"] = chosen
         return Message(RecordDict({"metrics": metrics}), reply_to=msg)
 
     def count(self, kind: str, pid: int) -> int:
@@ -112,14 +120,15 @@ def test_new_client_never_trains_and_gets_its_w_mix_once():
     assert rec["onboard_ms_per_client"] == pytest.approx(1000 * rec["server_seconds"])
 
 
-def test_best_by_loss_scores_every_cluster_model_and_keeps_the_lowest_loss():
+def test_best_by_loss_sends_every_cluster_model_and_keeps_the_train_split_choice():
     strategy, grid, clients = toy(best_by_loss=True)
     strategy.start(grid, state_to_record(STATE), num_rounds=3)
     best = onboard_new_clients(strategy, grid)["best_by_loss"]
-    # One zero-shot model plus the two cluster models.
-    assert clients.count("evaluate", 4) == 3
+    # One zero-shot message, then one message carrying both cluster models as candidates.
+    assert clients.count("evaluate", 4) == 2
     losses = [abs(strategy.stacked["w"][m][0] - 40) for m in range(2)]
     assert best["per_client"][0]["model"] == int(np.argmin(losses))
+    assert best["chosen_on"] == "training split"
 
 
 def test_fedavg_onboards_new_clients_with_its_global_model():

@@ -27,6 +27,7 @@ class ClientScore:
     accuracy: float
     loss: float
     num_examples: int
+    chosen: int | None = None  # the candidate kept (lowest training-split loss), if several
 
 
 @dataclass

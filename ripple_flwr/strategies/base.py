@@ -21,10 +21,11 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
+from ripple_flwr.candidates import Payload, payload_nbytes, payload_records, payload_size
 from ripple_flwr.config import RunSettings
 from ripple_flwr.mixing import uniform_sample
 from ripple_flwr.records import record_to_state, state_to_record
-from ripple_flwr.results import arrayrecord_nbytes, message_nbytes
+from ripple_flwr.results import message_nbytes
 from ripple_flwr.resume import save_server_state
 from ripple_flwr.robust import out_of_bound, update_norm
 from ripple_flwr.strategies.accounting import Dropped, EvaluationRecord, Ledger, RoundRecord
@@ -94,6 +95,7 @@ class AppStrategy:
         self._accepted_norms: list[float] = []  # the previous round's, for the update bound
         self.failures: dict[int, int] = {}  # row -> training rounds failed in a row
         self._eval_sent: list[tuple[int, Message]] = []
+        self._eval_candidates: dict[int, int] = {}
         self._eval: EvaluationRecord | None = None
         self._eval_start = 0.0
 
@@ -151,11 +153,11 @@ class AppStrategy:
         self.clients.extend(joined)
 
     @abstractmethod
-    def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
-        """The model each client is evaluated with, in client order."""
+    def eval_payloads(self, arrays: ArrayRecord) -> list[Payload]:
+        """The model (or candidate models) each client is evaluated with, in client order."""
 
-    def onboard_payloads(self, new: QueryResult) -> list[ArrayRecord] | None:
-        """The zero-shot model of each new client (``None``: the method has none)."""
+    def onboard_payloads(self, new: QueryResult) -> list[Payload] | None:
+        """The zero-shot model (or candidates) of each new client (``None``: none)."""
         return None
 
     def reference_models(self) -> list[ArrayRecord]:
@@ -258,7 +260,16 @@ class AppStrategy:
         )
         for a in accepted:
             self._hold_to_known_count(server_round, a)
-        accepted, out = self._bound_updates(server_round, accepted)
+        kept = []
+        for a in accepted:
+            reason = self.check_reply(a)
+            if reason is None:
+                kept.append(a)
+                continue
+            pid = self.clients.partition_ids[a.row]
+            log.warning("round %d: dropped reply of partition %d: %s", server_round, pid, reason)
+            dropped.append(Dropped(pid, reason))
+        accepted, out = self._bound_updates(server_round, kept)
         dropped = sorted(dropped + out, key=lambda d: d.partition)
         self._round.dropped = dropped
         self._count_failures(server_round, accepted, dropped)
@@ -295,7 +306,7 @@ class AppStrategy:
             if id(record) not in decoded:
                 decoded[id(record)] = record_to_state(record)
             sent[row] = decoded[id(record)]
-        norms = [update_norm(sent[a.row], a.state) for a in accepted]
+        norms = [update_norm(self.update_origin(a, sent[a.row]), a.state) for a in accepted]
         reasons = out_of_bound(norms, self._accepted_norms, s.update_norm_factor, s.max_update_norm)
         kept, out = [], []
         for a, norm, reason in zip(accepted, norms, reasons, strict=True):
@@ -307,6 +318,14 @@ class AppStrategy:
             out.append(Dropped(pid, reason))
         self._accepted_norms = [n for _, n in kept]
         return [a for a, _ in kept], out
+
+    def update_origin(self, a: Accepted, sent: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The model a reply's update is measured from: what was sent (IFCA: the chosen one)."""
+        return sent
+
+    def check_reply(self, a: Accepted) -> str | None:
+        """A method's own check of a valid reply: the reason to drop it, or ``None``."""
+        return None
 
     def _count_failures(
         self, server_round: int, accepted: list[Accepted], dropped: list[Dropped]
@@ -368,9 +387,10 @@ class AppStrategy:
         payloads = self.eval_payloads(arrays)
         messages = evaluate_messages(self.clients.node_ids, payloads, server_round)
         self._eval_sent = list(enumerate(messages))
+        self._eval_candidates = {row: payload_size(p) for row, p in enumerate(payloads)}
         self._eval = EvaluationRecord(
             round=server_round,
-            bytes_down=sum(arrayrecord_nbytes(p) for p in payloads),
+            bytes_down=sum(payload_nbytes(p) for p in payloads),
             expected=len(messages),
         )
         self._eval_start = time.perf_counter()
@@ -398,7 +418,9 @@ class AppStrategy:
             self.clients.known_tests(),
             self.settings.round_timeout,
             server_round,
+            num_candidates=self._eval_candidates,
         )
+        self.scored(server_round, per_client)
         rec = self._eval
         rec.wall_seconds = time.perf_counter() - self._eval_start
         rec.accuracy, rec.loss = score_stats(per_client), score_stats(per_client, "loss")
@@ -433,6 +455,10 @@ class AppStrategy:
                 "num-examples": sum(c.num_examples for c in per_client),
             }
         )
+
+    def scored(self, server_round: int, per_client: list) -> None:
+        """Read an evaluation's scores (IFCA: which model each client chose); nothing by default."""
+        return None
 
     def _readmit(self, server_round: int, scored: list) -> None:
         """A client left out of sampling that answers an evaluation is sampled again."""
@@ -521,8 +547,8 @@ class ServerModels(AppStrategy):
     """
 
     @abstractmethod
-    def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[ArrayRecord]:
-        """One model per sampled row, in row order."""
+    def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[Payload]:
+        """One model (or a list of candidates, IFCA) per sampled row, in row order."""
 
     @abstractmethod
     def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
@@ -545,7 +571,7 @@ class ServerModels(AppStrategy):
         config = ConfigRecord({**dict(config), "server-round": server_round})
         messages = [
             Message(
-                RecordDict({"arrays": payload, "config": config, **extra}),
+                RecordDict({**payload_records(payload), "config": config, **extra}),
                 dst_node_id=self.clients.node_ids[int(row)],
                 message_type=MessageType.TRAIN,
             )

@@ -1,4 +1,8 @@
-"""Personalised evaluation: each client scores the model it is given on its own test split."""
+"""Personalised evaluation: each client scores the model it is given on its own test split.
+
+A client sent several candidate models (:mod:`ripple_flwr.candidates`)
+first keeps the one with the lowest loss on its training split.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from typing import Any
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
+from ripple_flwr.candidates import Payload, payload_records, payload_size
 from ripple_flwr.results import client_stats
 from ripple_flwr.strategies.accounting import ClientScore, Dropped
 from ripple_flwr.strategies.admission import QueryResult
@@ -22,13 +27,13 @@ def score_stats(scores: Sequence[ClientScore], key: str = "accuracy") -> dict[st
 
 
 def evaluate_messages(
-    node_ids: Sequence[int], payloads: Sequence[ArrayRecord], server_round: int
+    node_ids: Sequence[int], payloads: Sequence[Payload], server_round: int
 ) -> list[Message]:
-    """One evaluate message per node, carrying the model that node is scored with."""
+    """One evaluate message per node, carrying the model (or candidates) it is scored with."""
     cfg = ConfigRecord({"server-round": server_round})
     return [
         Message(
-            RecordDict({"arrays": payload, "config": cfg}),
+            RecordDict({**payload_records(payload), "config": cfg}),
             dst_node_id=nid,
             message_type=MessageType.EVALUATE,
         )
@@ -39,7 +44,7 @@ def evaluate_messages(
 def evaluate_on(
     grid: Grid,
     clients: QueryResult,
-    payloads: Sequence[ArrayRecord],
+    payloads: Sequence[Payload],
     server_round: int,
     timeout: float,
 ) -> tuple[list[ClientScore], list[Dropped]]:
@@ -47,8 +52,15 @@ def evaluate_on(
     messages = evaluate_messages(clients.node_ids, payloads, server_round)
     replies = send_and_receive(grid, messages, timeout)
     pending = {str(m.metadata.message_id): row for row, m in enumerate(messages)}
+    counts = {row: payload_size(p) for row, p in enumerate(payloads)}
     return collect_evaluations(
-        replies, pending, clients.partition_ids, clients.known_tests(), timeout, server_round
+        replies,
+        pending,
+        clients.partition_ids,
+        clients.known_tests(),
+        timeout,
+        server_round,
+        num_candidates=counts,
     )
 
 
@@ -59,18 +71,22 @@ def best_by_loss(
     server_round: int,
     timeout: float,
 ) -> dict[str, Any]:
-    """Each client scores every model; keep the lowest-loss one per client (a reference)."""
-    best: dict[int, dict[str, Any]] = {}
-    for m, model in enumerate(models):
-        per_client, _ = evaluate_on(grid, clients, [model] * len(clients), server_round, timeout)
-        for c in per_client:
-            if c.partition not in best or c.loss < best[c.partition]["loss"]:
-                best[c.partition] = {**asdict(c), "model": m}
-    chosen = [best[p] for p in sorted(best)]
+    """Each client keeps the model with the lowest loss on its *training* split (a reference).
+
+    All models go to each client in one message; the client chooses on its
+    training split and reports the chosen model's test accuracy, so the test
+    labels never take part in the choice.
+    """
+    per_client, failed = evaluate_on(
+        grid, clients, [list(models)] * len(clients), server_round, timeout
+    )
+    chosen = [{**asdict(c), "model": c.chosen} for c in per_client]
     return {
         "accuracy": client_stats(
             [c["accuracy"] for c in chosen], [c["num_examples"] for c in chosen]
         ),
         "per_client": chosen,
+        "failed": [asdict(f) for f in failed],
         "models": len(models),
+        "chosen_on": "training split",
     }

@@ -220,6 +220,16 @@ def check_score(metrics: Any, known: int | None) -> tuple[float, float, int]:
     return acc, loss, known
 
 
+def check_choice(metrics: Any, count: int) -> int:
+    """The candidate index a reply says it kept, or ``ValueError`` (absent, not an index)."""
+    if "chosen" not in metrics:
+        raise ValueError(f"sent {count} candidate models but the reply names no 'chosen' one")
+    raw = metrics["chosen"]
+    if isinstance(raw, bool) or not isinstance(raw, int | np.integer) or not 0 <= raw < count:
+        raise ValueError(f"chosen={raw!r} is not a candidate index in [0, {count})")
+    return int(raw)
+
+
 def collect_evaluations(
     replies: Iterable[Message],
     pending: dict[str, int],
@@ -227,12 +237,15 @@ def collect_evaluations(
     known_test: list[int | None] | None = None,
     timeout: float | None = None,
     server_round: int = 0,
+    num_candidates: dict[int, int] | None = None,
 ) -> tuple[list[ClientScore], list[Dropped]]:
     """Per-client scores (sorted by partition) and every client that was not scored, with why.
 
     ``pending`` maps the id of each evaluate message to its row. A client
     whose reply errored, failed :func:`check_score`, or never came is a
-    failure: the record says who the headline figure does not cover.
+    failure: the record says who the headline figure does not cover. A row
+    sent several candidate models (``num_candidates``) must name the one it
+    kept (:func:`check_choice`).
     """
     per_client: list[ClientScore] = []
     failed: list[Dropped] = []
@@ -247,10 +260,13 @@ def collect_evaluations(
             if msg.has_error():
                 raise ValueError(f"client error: {msg.error.reason}")
             known = known_test[row] if known_test else None
-            acc, loss, n = check_score(msg.content.metric_records["metrics"], known)
+            metrics = msg.content.metric_records["metrics"]
+            acc, loss, n = check_score(metrics, known)
+            count = (num_candidates or {}).get(row, 1)
+            chosen = check_choice(metrics, count) if count > 1 else None
         except (KeyError, ValueError, TypeError) as err:
             failed.append(Dropped(pid, str(err)))
             continue
-        per_client.append(ClientScore(pid, acc, loss, n))
+        per_client.append(ClientScore(pid, acc, loss, n, chosen))
     per_client.sort(key=lambda c: c.partition)
     return per_client, failed

@@ -1,0 +1,318 @@
+"""The paper's Table 1 and Table 2 over the registered methods: per-run results, Markdown, plots.
+
+table1: every registered method (Ripple Strat/Unif/HDB with both routers, the
+oracle, local-only and every baseline; ``--methods`` to choose) on one
+federation (the paper's protocol: 100 clients x 200 images, Dir(0.1), 10 per
+round, the paper's CNN and optimiser). Per run: the results file, its
+accuracy plot and its assignment picture (``<run>.assignment.png``). Then
+one Markdown table (final personalised accuracy, first round reaching
+``--target``, bytes per round against FedAvg's, wall time, models held, and
+the adjusted Rand index of each clustered method's clusters against the
+clients' dominant class: Ripple's before round 1, the baselines' at the
+end) and one PNG of every accuracy curve.
+
+table2: the zero-shot protocol. For each alpha_train and alpha_test: Ripple
+Strat/Unif/HDB, IFCA, FeSEM, CFL and FedAvg train on the same federation,
+then 10 held-out clients drawn with Dir(alpha_test) from data no training
+client holds are onboarded: Ripple by one router pass, the clustered
+baselines by keeping the cluster model with the lowest loss on the new
+client's own training split, FedAvg with its global model; every new
+client is scored on its test split. ``--sweep-k`` runs IFCA and FeSEM for K
+in {2, 4, 6, 8, 10} and reports the best (as the paper does).
+
+    python benchmarks/tables.py table1 --rounds 300 --seeds 0 --reuse \\
+        --checkpoint outputs/fashion_gmm_vae.pt --out outputs/table1
+    python benchmarks/tables.py table2 --rounds 100 --seeds 0 --reuse \\
+        --checkpoint outputs/fashion_gmm_vae.pt --out outputs/table2
+
+``--reuse`` reads a run's results file instead of rerunning it when it holds
+the same settings, so a long table can be built in parts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+from accuracy import VARIANTS, curve  # noqa: E402
+
+from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
+from ripple_flwr.outputs import OUTPUT_DIR_ENV  # noqa: E402
+from ripple_flwr.results import finished_results, hard_ari, tail_mean  # noqa: E402
+from ripple_flwr.server import run_server  # noqa: E402
+
+TABLE1 = {
+    **VARIANTS,
+    "ripple-hdb-gmm-vae": {"method": "ripple", "sampling": "stratified", "refine": "hdb"},
+}
+TABLE2 = {
+    "ripple-strat": {"method": "ripple", "sampling": "stratified"},
+    "ripple-unif": {"method": "ripple", "sampling": "uniform"},
+    "ripple-hdb": {"method": "ripple", "sampling": "stratified", "refine": "hdb"},
+    "ifca": {"method": "ifca"},
+    "fesem": {"method": "fesem"},
+    "cfl": {"method": "cfl"},
+    "fedavg": {"method": "fedavg"},
+}
+SWEEP_K = (2, 4, 6, 8, 10)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run(cfg: dict, reuse: bool) -> dict:
+    """One in-process run, or its finished results file (``--reuse``, same settings)."""
+    if reuse:
+        res = finished_results(cfg["results-path"], cfg, ("results-path", "checkpoint"))
+        if res is not None:
+            log(f"reusing {cfg['results-path']}")
+            return res
+    cfg = {**cfg, "overwrite-results": True}  # a stale run is replaced
+    log(f"running {Path(cfg['results-path']).name}")
+    return json.loads(run_server(InProcessGrid(cfg, keep_traffic=False), cfg).read_text())
+
+
+def clusters_ari(res: dict) -> tuple[float | None, float | None, str]:
+    """(ARI over near-one-hot clients, ARI over all clients, when) against the dominant class."""
+    truth = np.asarray(res["federation"]["true_mixtures"], dtype=float)
+    if "assignment" in res:
+        rec = res["assignment"]
+        labels, pids = np.asarray(rec["labels"]), np.asarray(rec["partition_ids"])
+        when = "end"
+    elif (res.get("routing") or {}).get("weights") is not None:
+        w = np.asarray(res["routing"]["weights"], dtype=float)
+        labels, pids = w.argmax(axis=1), np.asarray(res["clients"]["partition_ids"])
+        when = "before round 1"
+    else:
+        return None, None, ""
+    hard, _ = hard_ari(truth[pids], labels)
+    every, _ = hard_ari(truth[pids], labels, hard=0.0)
+    return hard, every, when
+
+
+def bytes_ratio(res: dict) -> float:
+    """Mean bytes per round (down + up) over FedAvg's: 2 x clients-per-round models."""
+    per_round = [v["down"] + v["up"] for v in res["bytes_per_round"].values()]
+    fedavg = 2 * res["settings"]["clients-per-round"] * res["model_bytes"]
+    return float(np.mean(per_round)) / fedavg
+
+
+def fmt(v, spec: str = ".1f", scale: float = 1.0) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and np.isnan(v)) else format(v * scale, spec)
+
+
+# -- Table 1 ---------------------------------------------------------------------------------
+def table1(args: argparse.Namespace, out: Path) -> dict:
+    rows, curves = {}, {}
+    for name in args.methods or list(TABLE1):
+        finals, firsts, ratios, walls, aris, runs = [], [], [], [], [], []
+        for seed in args.seeds:
+            cfg = {
+                **TABLE1[name],
+                **base_config(args, seed),
+                "num-server-rounds": args.rounds,
+                "results-path": str(out / f"{name}-seed{seed}.json"),
+            }
+            res = run(cfg, args.reuse)
+            r, acc = curve(res)
+            finals.append(tail_mean(acc))
+            hit = [rd for rd, a in zip(r, acc, strict=True) if a >= args.target]
+            firsts.append(hit[0] if hit else None)
+            ratios.append(bytes_ratio(res))
+            walls.append(res["timings"]["total"])
+            aris.append(clusters_ari(res))
+            runs.append(acc)
+        rows[name] = {
+            "final_accuracy": float(np.mean(finals)),
+            "final_accuracy_per_seed": finals,
+            "first_round_target": firsts,
+            "bytes_ratio_vs_fedavg": float(np.mean(ratios)),
+            "wall_seconds": float(np.mean(walls)),
+            "models": res["num_models"],
+            "ari_hard": aris[0][0],
+            "ari_all": aris[0][1],
+            "ari_when": aris[0][2],
+        }
+        curves[name] = [r, np.mean(runs, axis=0).tolist()]
+        log(f"{name}: {rows[name]}")
+    md = [
+        f"| method | final acc. (%) | first round >= {args.target:.0%} | bytes/round vs FedAvg "
+        "| wall (s) | models | ARI hard / all (when) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, row in sorted(rows.items(), key=lambda kv: -kv[1]["final_accuracy"]):
+        first = [f for f in row["first_round_target"] if f is not None]
+        ari = (
+            f"{fmt(row['ari_hard'], '.3f')} / {fmt(row['ari_all'], '.3f')} ({row['ari_when']})"
+            if row["ari_when"]
+            else ""
+        )
+        md.append(
+            f"| {name} | {fmt(row['final_accuracy'], '.1f', 100)} | "
+            f"{first[0] if first else 'never'} | {row['bytes_ratio_vs_fedavg']:.3f} | "
+            f"{row['wall_seconds']:.0f} | {row['models']} | {ari} |"
+        )
+    plot_curves(curves, args, f"Table 1: {args.dataset}, {args.clients} clients, Dir({args.alpha})")
+    return {"rows": rows, "curves": curves, "markdown": "\n".join(md)}
+
+
+# -- Table 2 ---------------------------------------------------------------------------------
+def table2(args: argparse.Namespace, out: Path) -> dict:
+    cells: dict[str, dict[str, dict]] = {}
+    names = args.methods or list(TABLE2)
+    for alpha_train in args.alphas_train:
+        for alpha_test in args.alphas_test:
+            col = f"{alpha_train:g}/{alpha_test:g}"
+            for name in names:
+                ks = SWEEP_K if (args.sweep_k and name in ("ifca", "fesem")) else (None,)
+                best = None
+                for k in ks:
+                    accs = []
+                    for seed in args.seeds:
+                        tag = f"{name}" + (f"-k{k}" if k else "")
+                        cfg = {
+                            **TABLE2[name],
+                            **base_config(args, seed),
+                            "alpha": alpha_train,
+                            "alpha-new": alpha_test,
+                            "new-clients": args.new_clients,
+                            "num-server-rounds": args.rounds,
+                            "best-by-loss": False,
+                            "results-path": str(
+                                out / f"{tag}-a{alpha_train:g}-t{alpha_test:g}-seed{seed}.json"
+                            ),
+                            **({"num-components": k} if k else {}),
+                        }
+                        res = run(cfg, args.reuse)
+                        accs.append(res["zero_shot"]["accuracy"]["weighted_mean"])
+                    cell = {"zero_shot_accuracy": float(np.mean(accs)), "per_seed": accs, "k": k}
+                    if best is None or cell["zero_shot_accuracy"] > best["zero_shot_accuracy"]:
+                        best = cell
+                cells.setdefault(name, {})[col] = best
+                log(f"{name} {col}: {best}")
+    cols = [f"{a:g}/{t:g}" for a in args.alphas_train for t in args.alphas_test]
+    md = [
+        "| method | " + " | ".join(f"alpha_train/alpha_test {c}" for c in cols) + " |",
+        "|---|" + "---|" * len(cols),
+    ]
+    for name in names:
+        parts = []
+        for c in cols:
+            cell = cells[name][c]
+            k = f" (K={cell['k']})" if cell["k"] else ""
+            parts.append(f"{fmt(cell['zero_shot_accuracy'], '.1f', 100)}{k}")
+        md.append(f"| {name} | " + " | ".join(parts) + " |")
+    return {"cells": cells, "markdown": "\n".join(md)}
+
+
+# -- shared ----------------------------------------------------------------------------------
+def base_config(args: argparse.Namespace, seed: int) -> dict:
+    return {
+        "dataset": args.dataset,
+        "model": args.model,
+        "num-partitions": args.clients,
+        "alpha": args.alpha,
+        "clients-per-round": 10,
+        "eval-every": args.eval_every,
+        "seed": seed,
+        "checkpoint": args.checkpoint,
+        **({"data-root": args.data_root} if args.data_root else {}),
+    }
+
+
+def plot_curves(curves: dict[str, list], args: argparse.Namespace, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    styles = ["-", "--", ":", "-."]
+    for i, (name, (rounds, acc)) in enumerate(curves.items()):
+        ax.plot(rounds, acc, label=name, linestyle=styles[(i // 10) % len(styles)])
+    ax.set_xlabel("round")
+    ax.set_ylabel("personalised accuracy (weighted mean)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("table", choices=["table1", "table2"])
+    p.add_argument("--dataset", default="fashion-mnist")
+    p.add_argument("--data-root", default="", help="where the dataset's files are (cifar10)")
+    p.add_argument("--model", default="cnn", help="cnn (MNIST-like) or resnet9 (CIFAR)")
+    p.add_argument("--rounds", type=int, default=None, help="default: 300 (table1), 100 (table2)")
+    p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--clients", type=int, default=100)
+    p.add_argument("--alpha", type=float, default=0.1, help="table1's Dirichlet alpha")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--methods", nargs="+", default=None, help="default: every row of the table")
+    p.add_argument("--target", type=float, default=0.8, help="accuracy for 'first round'")
+    p.add_argument("--alphas-train", type=float, nargs="+", default=[0.01, 0.1])
+    p.add_argument("--alphas-test", type=float, nargs="+", default=[1.0, 100.0])
+    p.add_argument("--new-clients", type=int, default=10)
+    p.add_argument("--sweep-k", action="store_true", help="IFCA and FeSEM: best K of 2..10")
+    p.add_argument("--checkpoint", default="", help="GMM-VAE checkpoint for the dataset")
+    p.add_argument("--out", default="", help="folder for the per-run results files")
+    p.add_argument("--reuse", action="store_true", help="skip runs whose results file matches")
+    p.add_argument("--plot", default=None, help="PNG of every accuracy curve (table1)")
+    p.add_argument("--md", default=None, help="write the Markdown table here")
+    p.add_argument("--json", default="", help="also write the JSON line to this file")
+    args = p.parse_args(argv)
+    known = TABLE1 if args.table == "table1" else TABLE2
+    for name in args.methods or []:
+        if name not in known:
+            p.error(f"{args.table} has no method {name!r}; choose from {', '.join(known)}")
+    args.rounds = args.rounds or (300 if args.table == "table1" else 100)
+    out = Path(args.out or tempfile.mkdtemp(prefix=f"ripple-{args.table}-")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    args.plot = args.plot or str(out / f"{args.table}.png")
+    os.environ[OUTPUT_DIR_ENV] = str(out)  # this script is the server: its folder is the output
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    import torch
+
+    torch.set_num_threads(1)
+    result = (table1 if args.table == "table1" else table2)(args, out)
+    md_path = Path(args.md or out / f"{args.table}.md")
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    md_path.write_text(result["markdown"] + "\n")
+    print(result["markdown"], file=sys.stderr)
+    line = json.dumps(
+        {
+            "table": args.table,
+            "dataset": args.dataset,
+            "model": args.model,
+            "rounds": args.rounds,
+            "seeds": args.seeds,
+            "clients": args.clients,
+            **{k: v for k, v in result.items() if k != "markdown"},
+            "markdown": str(md_path),
+            **({"plot": args.plot} if args.table == "table1" else {}),
+        }
+    )
+    print(line)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,131 @@
+"""CFL (Sattler et al., 2020): one model, split recursively by the cosine similarity of updates.
+
+All clients start in one cluster with one model. Each round a cluster model
+becomes the example-weighted mean of the models its sampled members
+returned. From round ``cfl-warmup`` on, a cluster whose round had at least
+two members is split in two when the norm of their weighted mean update is
+below ``cfl-eps1`` (the joint objective is near a stationary point) while
+the largest single update is above ``cfl-eps2`` (some clients still pull
+away): complete-linkage clustering of the cosine similarities of its
+members' most recent updates, up to ``cfl-max-clusters`` clusters. With a
+fraction of clients per round (unlike the paper, where all take part),
+each member's latest update stands for it; a member that has not trained
+yet joins the larger side. Both sides start from the parent's model.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from flwr.app import ArrayRecord
+from flwr.serverapp.strategy import Strategy
+
+from ripple_flwr.cluster_baselines import (
+    State,
+    cfl_bipartition,
+    cfl_should_split,
+    flatten,
+    float_keys,
+)
+from ripple_flwr.config import RunSettings
+from ripple_flwr.strategies.clustered import ClusterModels
+from ripple_flwr.strategies.replies import Accepted
+
+log = logging.getLogger("flwr.ripple")
+
+
+class CFL(ClusterModels, Strategy):
+    """Clustered FL by recursive bi-partitioning.
+
+    Parameters
+    ----------
+    settings : RunSettings
+        ``cfl_warmup``, ``cfl_eps1``, ``cfl_eps2``, ``cfl_max_clusters``.
+    initial_state : the one initial model.
+    truth : the true mixtures pi* by partition id, for the ARI of the final clusters.
+    """
+
+    checkpoint_fields = ("last_update", "has_update")
+
+    def __init__(
+        self, settings: RunSettings, initial_state: State, truth: np.ndarray | None = None
+    ) -> None:
+        self._init_clusters(settings, [initial_state], truth)
+        self.keys = float_keys(initial_state)
+        self.last_update = np.zeros((0, 0), dtype=np.float32)  # (rows, P)
+        self.has_update = np.zeros(0, dtype=bool)
+
+    def setup(self, clients) -> None:
+        super().setup(clients)
+        p = int(flatten([self.models[0]], self.keys).shape[1])
+        self.last_update = np.zeros((len(clients), p), dtype=np.float32)
+        self.has_update = np.zeros(len(clients), dtype=bool)
+
+    def add_clients(self, joined) -> None:
+        super().add_clients(joined)
+        pad = np.zeros((len(joined), self.last_update.shape[1]), dtype=np.float32)
+        self.last_update = np.concatenate([self.last_update, pad])
+        self.has_update = np.concatenate([self.has_update, np.zeros(len(joined), dtype=bool)])
+
+    def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[ArrayRecord]:
+        records = self.model_records()
+        self._sent_from = {int(r): int(self.assignment[r]) for r in rows}
+        return [records[self._sent_from[int(r)]] for r in rows]
+
+    def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
+        """Per-cluster mean of the returned models, then the split test."""
+        rows = [a.row for a in accepted]
+        labels = [self._sent_from[r] for r in rows]
+        sent = flatten([self.models[c] for c in labels], self.keys)
+        updates = flatten([a.state for a in accepted], self.keys) - sent
+        self.last_update[rows] = updates
+        self.has_update[rows] = True
+        self.average_into_clusters(server_round, accepted, labels)
+        if server_round >= self.settings.cfl_warmup:
+            weights = np.array([a.num_examples for a in accepted], dtype=np.float64)
+            for c in sorted(set(labels)):
+                if self.num_models >= self.settings.cfl_max_clusters:
+                    break
+                mask = np.array(labels) == c
+                self.maybe_split(server_round, c, updates[mask], weights[mask])
+        return None
+
+    def maybe_split(
+        self, server_round: int, c: int, updates: np.ndarray, weights: np.ndarray
+    ) -> bool:
+        """Split cluster ``c`` when Sattler et al.'s criterion holds for this round's updates."""
+        s = self.settings
+        split, mean_norm, max_norm = cfl_should_split(updates, weights, s.cfl_eps1, s.cfl_eps2)
+        members = np.flatnonzero(self.assignment == c)
+        with_update = members[self.has_update[members]]
+        if not split or len(with_update) < 3:
+            return False
+        a, b, cross = cfl_bipartition(self.last_update[with_update])
+        new = self.num_models
+        self.assignment[with_update[b]] = new
+        self.set_models([*self.models, self.models[c]])
+        event = {
+            "round": server_round,
+            "split": c,
+            "into": [c, new],
+            "sizes": [int((self.assignment == c).sum()), int(len(b))],
+            "mean_norm": mean_norm,
+            "max_norm": max_norm,
+            "cross_similarity_max": cross,
+        }
+        self.events.append(event)
+        log.info(
+            "round %d: CFL split cluster %d (mean update %.3f < %g, max %.3f > %g) into "
+            "%d + %d clients; %d clusters now",
+            server_round,
+            c,
+            mean_norm,
+            s.cfl_eps1,
+            max_norm,
+            s.cfl_eps2,
+            event["sizes"][0],
+            event["sizes"][1],
+            self.num_models,
+        )
+        return True

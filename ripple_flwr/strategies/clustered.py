@@ -1,0 +1,155 @@
+"""What the clustered baselines (IFCA, FeSEM, CFL) share: K models, hard assignments, records.
+
+Each holds a list of cluster models and one cluster index per client. A
+client is scored with its own cluster's model; a new client (zero-shot,
+Table 2) is sent every cluster model and keeps the one with the lowest loss
+on its own training split (:mod:`ripple_flwr.candidates`). The results file
+records the final assignment and, when the federation's true mixtures are
+known, its adjusted Rand index against each client's dominant class.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord
+
+from ripple_flwr.cluster_baselines import State, cluster_means
+from ripple_flwr.config import RunSettings
+from ripple_flwr.results import hard_ari
+from ripple_flwr.robust import unsafe_step
+from ripple_flwr.strategies.admission import QueryResult
+from ripple_flwr.strategies.base import ServerModels, states_to_records
+from ripple_flwr.strategies.replies import Accepted
+
+log = logging.getLogger("flwr.ripple")
+
+
+class ClusterModels(ServerModels):
+    """Hard-assignment clustered FL: ``models`` (one per cluster) and ``assignment`` (per row).
+
+    Subclasses set the initial models and assignments, and implement
+    :meth:`train_payloads` and :meth:`apply_updates` (usually through
+    :meth:`average_into_clusters`).
+    """
+
+    checkpoint_fields = ("models", "assignment", "events")
+
+    def _init_clusters(
+        self,
+        settings: RunSettings,
+        models: list[State],
+        truth: np.ndarray | None = None,
+    ) -> None:
+        self._init_app(settings, models[0])
+        self.models = list(models)
+        self.assignment = np.zeros(0, dtype=np.int64)  # row -> cluster, set in setup()
+        self.truth = None if truth is None else np.asarray(truth, dtype=np.float64)
+        self.events: list[dict[str, Any]] = []  # splits, refused aggregates
+        self._records: list[ArrayRecord] | None = None
+
+    # -- who belongs where -------------------------------------------------------------------
+    def initial_assignment(self, n: int) -> np.ndarray:
+        """Clusters of ``n`` clients before they have trained (cluster 0 by default)."""
+        return np.zeros(n, dtype=np.int64)
+
+    def setup(self, clients: QueryResult) -> None:
+        self.assignment = self.initial_assignment(len(clients))
+
+    def add_clients(self, joined: QueryResult) -> None:
+        super().add_clients(joined)
+        self.assignment = np.concatenate([self.assignment, self.initial_assignment(len(joined))])
+
+    def current_assignment(self) -> np.ndarray:
+        """Every client's cluster now (FeSEM recomputes it from the clients' models)."""
+        return self.assignment
+
+    # -- models ------------------------------------------------------------------------------
+    @property
+    def num_models(self) -> int:
+        return len(self.models)
+
+    def model_records(self) -> list[ArrayRecord]:
+        """The cluster models as ArrayRecords, built once until a model changes."""
+        if self._records is None or len(self._records) != len(self.models):
+            self._records = states_to_records(self.models)
+        return self._records
+
+    def set_models(self, models: list[State]) -> None:
+        self.models = list(models)
+        self._records = None
+
+    def average_into_clusters(
+        self, server_round: int, accepted: list[Accepted], labels: list[int]
+    ) -> list[int]:
+        """Each cluster model becomes the example-weighted mean of its members' returned models.
+
+        A cluster whose new model would be non-finite or grow more than 10x
+        in norm keeps its model (and the refusal is logged and recorded).
+        Returns the clusters that changed.
+        """
+        new, changed = cluster_means(
+            self.models, [a.state for a in accepted], labels, [a.num_examples for a in accepted]
+        )
+        kept = []
+        for c in changed:
+            reason = unsafe_step(self.models[c], new[c])
+            if reason is not None:
+                log.error("round %d: refused cluster %d's update (%s)", server_round, c, reason)
+                self.events.append({"round": server_round, "refused": c, "reason": reason})
+                new[c] = self.models[c]
+            else:
+                kept.append(c)
+        self.set_models(new)
+        return kept
+
+    def restore_server_state(self, state: dict[str, Any]) -> None:
+        super().restore_server_state(state)
+        self.assignment = np.asarray(self.assignment, dtype=np.int64)
+        self._records = None
+
+    # -- evaluation and onboarding -----------------------------------------------------------
+    def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
+        """Each client's own cluster model."""
+        records = self.model_records()
+        return [records[int(c)] for c in self.current_assignment()]
+
+    def onboard_payloads(self, new: QueryResult) -> list:
+        """Every cluster model; the new client keeps the lowest loss on its training split."""
+        records = self.model_records()
+        payload = records[0] if len(records) == 1 else list(records)
+        return [payload] * len(new)
+
+    def saved_models(self) -> dict[str, np.ndarray]:
+        return {k: np.stack([np.asarray(m[k]) for m in self.models]) for k in self.models[0]}
+
+    def final_arrays(self) -> ArrayRecord:
+        """The cluster models stacked on a leading axis, as one ArrayRecord."""
+        return states_to_records([self.saved_models()])[0]
+
+    def start(self, grid, initial_arrays, num_rounds=3, timeout=None, *args, **kwargs):
+        result = super().start(grid, initial_arrays, num_rounds, timeout, *args, **kwargs)
+        result.arrays = self.final_arrays()
+        return result
+
+    # -- results -----------------------------------------------------------------------------
+    def assignment_record(self) -> dict[str, Any]:
+        """The final assignment by partition and its ARI against the dominant class."""
+        labels = self.current_assignment()
+        pids = np.asarray(self.clients.partition_ids, dtype=np.int64)
+        rec: dict[str, Any] = {
+            "labels": labels.tolist(),
+            "partition_ids": pids.tolist(),
+            "num_models": self.num_models,
+            "sizes": np.bincount(labels, minlength=self.num_models).tolist(),
+            "events": self.events,
+        }
+        if self.truth is not None and len(pids):
+            rec["ari"], rec["ari_clients"] = hard_ari(self.truth[pids], labels)
+            rec["ari_all"], _ = hard_ari(self.truth[pids], labels, hard=0.0)
+        return rec
+
+    def run_record(self) -> dict[str, Any]:
+        return {**super().run_record(), "assignment": self.assignment_record()}
