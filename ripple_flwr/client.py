@@ -38,6 +38,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 from ripple_flwr.candidates import lowest_loss, split_candidates
 from ripple_flwr.config import RunSettings, settings_from_context
 from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
+from ripple_flwr.embedding_dp import DP_CONFIG, DP_RECORD, PublicMechanism, noise_generator
 from ripple_flwr.federation_cache import cached_federation
 from ripple_flwr.local import evaluate_model
 from ripple_flwr.methods import get_method
@@ -257,6 +258,13 @@ def handle_query(msg: Message, context: Context) -> Message:
     kind = str(config.get("summary", settings.summary_kind))
     t0 = time.perf_counter()
     phi = client_summary(settings, pid, kind)
+    private = phi is not None and DP_RECORD in msg.content.array_records
+    if private:
+        # Clipped and noised here, with a secret generator, before anything leaves the node.
+        mech = PublicMechanism.from_records(
+            msg.content.array_records[DP_RECORD], msg.content.config_records[DP_CONFIG]
+        )
+        phi = mech.release(phi, noise_generator(dict(context.node_config)))
     seconds = time.perf_counter() - t0
     fed = cached_federation(settings)
     content = RecordDict(
@@ -268,6 +276,7 @@ def handle_query(msg: Message, context: Context) -> Message:
                     "num-examples": int(len(fed.train_indices[pid])),
                     "num-test-examples": int(len(fed.test_indices[pid])),
                     "summary": kind,
+                    "private": bool(private),
                     "seconds": float(seconds),
                 }
             )

@@ -92,6 +92,9 @@ class RunSettings:
     cfl_warmup, cfl_eps1, cfl_eps2, cfl_max_clusters : CFL splits a cluster from round
         ``cfl_warmup`` on when its mean update norm < eps1 and its largest > eps2, up
         to ``cfl_max_clusters`` clusters (the paper's cap: 10).
+    embedding_dp_epsilon, embedding_dp_delta, embedding_dp_clip : each client releases its
+        embedding (epsilon, delta)-DP (Gaussian mechanism, one release; 0 = off); clip 0
+        lets the server choose the bound from its public reference clients.
     """
 
     method: str = "ripple"
@@ -137,6 +140,9 @@ class RunSettings:
     cfl_eps1: float = 0.35
     cfl_eps2: float = 0.9
     cfl_max_clusters: int = 10
+    embedding_dp_epsilon: float = 0.0
+    embedding_dp_delta: float = 1e-5
+    embedding_dp_clip: float = 0.0
     update_norm_factor: float = 10.0
     trimmed_beta: float = 0.2
     krum_malicious: int = 1
@@ -320,6 +326,24 @@ class RunSettings:
                 f"pfedme-beta (server mixing) must be in (0, 2] (1 = plain mean), got "
                 f"{self.pfedme_beta}"
             )
+        if self.embedding_dp_epsilon:
+            from ripple_flwr.privacy import check_dp_params
+
+            try:
+                check_dp_params(
+                    self.embedding_dp_epsilon,
+                    self.embedding_dp_delta,
+                    self.embedding_dp_clip or 1.0,
+                )
+            except ValueError as err:
+                raise ConfigError(str(err)) from err
+            if not METHODS[self.method].needs_router or self.router != "gmm-vae":
+                raise ConfigError(
+                    f"embedding-dp-epsilon={self.embedding_dp_epsilon} protects the WST embedding, "
+                    f"which only methods with the gmm-vae router send; method={self.method!r} "
+                    f"router={self.router!r} sends none. Set embedding-dp-epsilon=0 or use "
+                    "method='ripple' with router='gmm-vae'."
+                )
         if self.cfl_warmup < 1:
             raise ConfigError(f"cfl-warmup must be >= 1 round, got {self.cfl_warmup}")
         if not (0 < self.cfl_eps1 < math.inf and 0 < self.cfl_eps2 < math.inf):

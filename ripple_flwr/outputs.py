@@ -49,6 +49,7 @@ def confined_results_path(settings: RunSettings) -> Path:
     if existing and not settings.overwrite_results:
         raise ConfigError(
             f"{existing[0]} exists already; choose another results-path, or set "
-            "overwrite-results=true to replace it (and the .png / .assignment.png / .run.pt beside it)"
+            "overwrite-results=true to replace it (and the .png / .assignment.png / .run.pt "
+            "beside it)"
         )
     return path

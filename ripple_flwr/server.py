@@ -216,6 +216,44 @@ def avoid_hugepage_stalls() -> None:
     _set_madvise_hugepage(False)
 
 
+def ship_embedding_dp(settings: RunSettings, ckpt, federation, strategy) -> dict[str, Any]:
+    """Fix the public DP mechanism from D_aux and the checkpoint; send it with every query."""
+    from ripple_flwr.client import embedder_for
+    from ripple_flwr.embedding_dp import public_mechanism
+
+    t0 = time.perf_counter()
+    mech = public_mechanism(
+        ckpt,
+        federation,
+        embedder_for(settings, federation.dataset.image_shape),
+        epsilon=settings.embedding_dp_epsilon,
+        delta=settings.embedding_dp_delta,
+        clip=settings.embedding_dp_clip,
+        seed=settings.data_seed,
+        client_size=settings.partition_size,
+    )
+    strategy.roster.query_records = mech.to_records()
+    info = {
+        "epsilon": mech.epsilon,
+        "delta": mech.delta,
+        "clip": mech.clip,
+        "clip_source": "run config" if settings.embedding_dp_clip else "server reference (q=0.9)",
+        "sigma": mech.sigma,
+        "dims_noised": int(mech.basis.shape[1]),
+        "mechanism": "Gaussian (analytic), ridge projection in the GMM-VAE input space",
+        "seconds": time.perf_counter() - t0,
+    }
+    log.info(
+        "embedding DP: (%.3g, %.1g) per client, clip %.3f, sigma %.3f on %d coordinates",
+        mech.epsilon,
+        mech.delta,
+        mech.clip,
+        mech.sigma,
+        info["dims_noised"],
+    )
+    return info
+
+
 def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     """The whole ServerApp: validate, route, federate, evaluate, write results."""
     t_start = time.perf_counter()
@@ -232,7 +270,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     data_seconds = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    router, checkpoint_info = None, None
+    router, checkpoint_info, ckpt = None, None, None
     if get_method(settings.method).needs_router:
         ckpt, checkpoint_info = resolve_checkpoint(settings, dataset.image_shape)
         router = ckpt.router(settings.router)
@@ -240,6 +278,9 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
 
     state = initial_state(settings, dataset.image_shape, dataset.num_classes)
     strategy = build_strategy(settings, state, federation, router)
+    embedding_dp = None
+    if settings.embedding_dp_epsilon:
+        embedding_dp = ship_embedding_dp(settings, ckpt, federation, strategy)
     if settings.checkpoint_every:
         strategy.checkpoint_path = results_path.with_suffix(".resume.npz")
     if saved_state is not None:
@@ -272,6 +313,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
             "true_mixtures": federation.mixtures,
         },
         "checkpoint": checkpoint_info,
+        "embedding_dp": embedding_dp,
         "model_bytes": model_bytes,
         "embedding_bytes_per_client": (
             int(np.mean(clients.bytes_up)) if clients and clients.bytes_up else 0

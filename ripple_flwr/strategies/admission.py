@@ -156,6 +156,7 @@ def query_round(
     num_partitions: int,
     timeout: float,
     taken: Iterable[int] = (),
+    extra: dict[str, Any] | None = None,
 ) -> QueryResult:
     """Ask every node once for its partition id (and summary); validate every reply.
 
@@ -163,12 +164,14 @@ def query_round(
     clients). A node that errors, does not answer within ``timeout``, reports
     a partition outside the run or one already taken (here or in ``taken``),
     or sends a summary of the wrong length or with NaN/Inf is left out with
-    its reason logged; its summary never reaches the router.
+    its reason logged; its summary never reaches the router. ``extra``
+    records go to every node with the question (the public parameters of the
+    embedding's differential privacy).
     """
     taken = set(int(t) for t in taken)
     messages = [
         Message(
-            RecordDict({"config": ConfigRecord({"summary": kind})}),
+            RecordDict({"config": ConfigRecord({"summary": kind}), **(extra or {})}),
             dst_node_id=int(nid),
             message_type=QUERY_TYPE,
         )
@@ -267,6 +270,7 @@ class ClientRoster:
         self.known_nodes: set[int] = set()
         self.joined: list[dict[str, Any]] = []
         self.query_seconds = 0.0
+        self.query_records: dict[str, Any] = {}  # sent with every query (public DP mechanism)
 
     def prepare(self, grid: Grid) -> QueryResult:
         """Wait for the nodes, run the one-shot round, keep the usable clients.
@@ -281,7 +285,13 @@ class ClientRoster:
         )
         t0 = time.perf_counter()
         everyone = query_round(
-            grid, node_ids, self.summary_kind, self.summary_dim, s.total_partitions, s.round_timeout
+            grid,
+            node_ids,
+            self.summary_kind,
+            self.summary_dim,
+            s.total_partitions,
+            s.round_timeout,
+            extra=self.query_records,
         )
         self.query_seconds = time.perf_counter() - t0
         self.known_nodes.update(int(n) for n in node_ids)
@@ -335,6 +345,7 @@ class ClientRoster:
             s.total_partitions,
             s.round_timeout,
             taken=taken,
+            extra=self.query_records,
         )
         self.known_nodes.update(fresh)
         train, new = split_new(result, s.num_partitions)
