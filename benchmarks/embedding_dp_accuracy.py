@@ -28,7 +28,6 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
 
 from ripple_flwr.embedding_dp import NOISE_SEED_KEY  # noqa: E402
 from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
