@@ -222,8 +222,10 @@ def base_config(args: argparse.Namespace, seed: int) -> dict:
         "dataset": args.dataset,
         "model": args.model,
         "num-partitions": args.clients,
+        "partition-size": args.partition_size,
+        "aux-size": args.aux_size,
         "alpha": args.alpha,
-        "clients-per-round": 10,
+        "clients-per-round": args.clients_per_round,
         "eval-every": args.eval_every,
         "seed": seed,
         "checkpoint": args.checkpoint,
@@ -261,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=None, help="default: 300 (table1), 100 (table2)")
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--clients", type=int, default=100)
+    p.add_argument("--clients-per-round", type=int, default=10)
+    p.add_argument("--partition-size", type=int, default=200, help="images per client")
+    p.add_argument("--aux-size", type=int, default=1000, help="the server's D_aux")
     p.add_argument("--alpha", type=float, default=0.1, help="table1's Dirichlet alpha")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--methods", nargs="+", default=None, help="default: every row of the table")
