@@ -295,6 +295,9 @@ def test_cfl_does_not_split_when_the_criterion_does_not_hold():
     keys = {"cfl-warmup": 1, "cfl-eps1": 2.0, "cfl-eps2": 4.0}
     strategy, _, _ = run_method("cfl", rounds=3, app=Opposed(agree=True), **keys)
     assert strategy.num_models == 1 and not strategy.events
+    # The criterion is recorded every round (one cluster, four replies): eps can be read off.
+    assert [row[:2] for row in strategy.criterion] == [[1, 0], [2, 0], [3, 0]]
+    assert all(row[2] > 2.0 for row in strategy.criterion)  # the mean did not stall
     # Opposed updates but no single one above eps2: no split either.
     strategy, _, _ = run_method("cfl", rounds=3, app=Opposed(), **{**keys, "cfl-eps2": 50.0})
     assert strategy.num_models == 1

@@ -46,7 +46,7 @@ class CFL(ClusterModels, Strategy):
     truth : the true mixtures pi* by partition id, for the ARI of the final clusters.
     """
 
-    checkpoint_fields = ("last_update", "has_update")
+    checkpoint_fields = ("last_update", "has_update", "criterion")
 
     def __init__(
         self, settings: RunSettings, initial_state: State, truth: np.ndarray | None = None
@@ -55,6 +55,9 @@ class CFL(ClusterModels, Strategy):
         self.keys = float_keys(initial_state)
         self.last_update = np.zeros((0, 0), dtype=np.float32)  # (rows, P)
         self.has_update = np.zeros(0, dtype=bool)
+        # Per round and cluster with >= 2 replies: [round, cluster, mean norm, max norm], so
+        # cfl-eps1 / cfl-eps2 can be read off a run (the warm-up rounds included).
+        self.criterion: list[list[float]] = []
 
     def setup(self, clients) -> None:
         super().setup(clients)
@@ -82,24 +85,25 @@ class CFL(ClusterModels, Strategy):
         self.last_update[rows] = updates
         self.has_update[rows] = True
         self.average_into_clusters(server_round, accepted, labels)
-        if server_round >= self.settings.cfl_warmup:
-            weights = np.array([a.num_examples for a in accepted], dtype=np.float64)
-            for c in sorted(set(labels)):
-                if self.num_models >= self.settings.cfl_max_clusters:
-                    break
-                mask = np.array(labels) == c
-                self.maybe_split(server_round, c, updates[mask], weights[mask])
+        weights = np.array([a.num_examples for a in accepted], dtype=np.float64)
+        for c in sorted(set(labels)):
+            mask = np.array(labels) == c
+            s = self.settings
+            split, mean_norm, max_norm = cfl_should_split(
+                updates[mask], weights[mask], s.cfl_eps1, s.cfl_eps2
+            )
+            if mask.sum() >= 2:
+                self.criterion.append([server_round, c, mean_norm, max_norm])
+            if split and server_round >= s.cfl_warmup and self.num_models < s.cfl_max_clusters:
+                self.split(server_round, c, mean_norm, max_norm)
         return None
 
-    def maybe_split(
-        self, server_round: int, c: int, updates: np.ndarray, weights: np.ndarray
-    ) -> bool:
-        """Split cluster ``c`` when Sattler et al.'s criterion holds for this round's updates."""
+    def split(self, server_round: int, c: int, mean_norm: float, max_norm: float) -> bool:
+        """Bi-partition cluster ``c`` by its members' latest updates (at least three needed)."""
         s = self.settings
-        split, mean_norm, max_norm = cfl_should_split(updates, weights, s.cfl_eps1, s.cfl_eps2)
         members = np.flatnonzero(self.assignment == c)
         with_update = members[self.has_update[members]]
-        if not split or len(with_update) < 3:
+        if len(with_update) < 3:
             return False
         a, b, cross = cfl_bipartition(self.last_update[with_update])
         new = self.num_models
@@ -129,3 +133,11 @@ class CFL(ClusterModels, Strategy):
             self.num_models,
         )
         return True
+
+    def run_record(self) -> dict:
+        rec = super().run_record()
+        rec["assignment"]["criterion"] = {
+            "columns": ["round", "cluster", "mean_update_norm", "max_update_norm"],
+            "rows": self.criterion,
+        }
+        return rec
