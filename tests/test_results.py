@@ -53,6 +53,29 @@ def test_write_results_is_strict_json_with_a_plot(tmp_path):
     assert path.with_suffix(".png").stat().st_size > 1000
 
 
+def test_assignment_picture_only_for_methods_that_cluster(tmp_path):
+    from ripple_flwr.assignment_plot import contingency
+
+    truth = [[0.9, 0.1], [0.2, 0.8], [1.0, 0.0]]
+    base = {"settings": {"method": "x"}, "evaluations": [], "federation": {"true_mixtures": truth}}
+    routed = {
+        **base,
+        "routing": {"weights": [[0.7, 0.3], [0.1, 0.9], [0.6, 0.4]], "l1": 0.2},
+        "clients": {"partition_ids": [0, 1, 2]},
+    }
+    clustered = {
+        **base,
+        "assignment": {"labels": [1, 0, 1], "partition_ids": [0, 1, 2], "num_models": 2},
+    }
+    for name, res in (("routed", routed), ("clustered", clustered), ("global", base)):
+        write_results(tmp_path / f"{name}.json", res)
+    assert (tmp_path / "routed.assignment.png").stat().st_size > 1000
+    assert (tmp_path / "clustered.assignment.png").stat().st_size > 1000
+    assert not (tmp_path / "global.assignment.png").exists()
+    # Clients per (cluster, dominant class): cluster 1 holds the two class-0 clients.
+    assert contingency(np.array([1, 0, 1]), np.array([0, 1, 0]), 2, 2).tolist() == [[0, 1], [2, 0]]
+
+
 def test_results_file_of_a_ripple_run(tiny_checkpoint, cache_dir, tmp_path):
     cfg = tiny_run_config(
         cache_dir,
