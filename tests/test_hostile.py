@@ -258,3 +258,27 @@ def test_when_every_client_is_left_out_rounds_send_nothing_and_the_run_ends(cach
     assert [len(r["sampled"]) for r in res["rounds"]] == [6, 6, 0, 0]
     assert [len(r["dropped"]) for r in res["rounds"]] == [6, 6, 0, 0]
     assert all(e["coverage"] == 0.0 for e in res["evaluations"])
+
+
+@pytest.mark.parametrize("method", ["ifca", "fesem", "cfl"])
+def test_huge_updates_never_reach_the_clustered_baselines_models(method, cache_dir):
+    from ripple_flwr.config import RunSettings
+    from ripple_flwr.federation_cache import cached_federation
+    from ripple_flwr.records import state_to_record
+    from ripple_flwr.server import build_strategy, initial_state
+
+    cfg = tiny_run_config(
+        cache_dir, method=method, **{"clients-per-round": 6, "num-server-rounds": 2}
+    )
+    settings = RunSettings.from_run_config(cfg)
+    fed = cached_federation(settings)
+    state = initial_state(settings, fed.dataset.image_shape, fed.dataset.num_classes)
+    strategy = build_strategy(settings, state, fed)
+    grid = FakeGrid(cfg, faults={BAD: faults.FAULTS["huge-weights"]()})
+    strategy.start(grid, state_to_record(state), num_rounds=2)
+    for r in strategy.ledger.rounds:
+        (drop,) = r.dropped
+        assert drop.partition == BAD and "update norm" in drop.reason
+    for model in strategy.models:
+        big = max(float(np.abs(v).max()) for v in model.values() if v.dtype.kind == "f")
+        assert np.isfinite(big) and big < 100.0
