@@ -69,25 +69,44 @@ def out_of_bound(
     history: Sequence[float] = (),
     factor: float = 10.0,
     max_norm: float = 0.0,
+    model_norms: Sequence[float] | None = None,
 ) -> list[str | None]:
     """For each update norm, why it is out of proportion (``None`` if it is not).
 
     ``factor`` (> 0) times the low median of ``norms`` and ``history`` (the
     previous round's accepted norms) bounds every update; ``max_norm`` (> 0)
     is an absolute bound. Either is off at 0. A non-finite norm is always out.
+
+    ``model_norms[i]``, the norm of the model reply i was sent, is a floor of
+    the relative bound: an update smaller than the model it started from is
+    never called out of proportion. Under strong non-IID data honest updates
+    differ by orders of magnitude (a client whose cluster model already fits
+    it barely moves it; one that does not moves it by a tenth of its norm),
+    so the round's median alone would drop honest clients; a scaled or
+    constant-weights attack moves a model far more than its own norm.
     """
     finite = [n for n in norms if np.isfinite(n)]
     reference = low_median(list(finite) + [h for h in history if np.isfinite(h)])
+    floors = [0.0] * len(norms) if model_norms is None else list(model_norms)
+    if len(floors) != len(norms):
+        raise ValueError(f"{len(norms)} update norms but {len(floors)} model norms")
     reasons: list[str | None] = []
-    for n in norms:
+    for n, floor in zip(norms, floors, strict=True):
         if not np.isfinite(n):
             reasons.append("update norm is not finite")
         elif max_norm > 0 and n > max_norm:
             reasons.append(f"update norm {n:.4g} above max-update-norm={max_norm:g}")
-        elif factor > 0 and reference is not None and reference > 0 and n > factor * reference:
+        elif (
+            factor > 0
+            and reference is not None
+            and reference > 0
+            and n > factor * reference
+            and n > floor
+        ):
+            above = f" and above the norm {floor:.4g} of the model it was sent" if floor else ""
             reasons.append(
                 f"update norm {n:.4g} is {n / reference:.3g} x the round's median "
-                f"{reference:.4g} (update-norm-factor={factor:g})"
+                f"{reference:.4g}{above} (update-norm-factor={factor:g})"
             )
         else:
             reasons.append(None)

@@ -47,6 +47,18 @@ def test_out_of_bound_names_the_reason():
     assert out_of_bound([float("nan"), 1.0]) == ["update norm is not finite", None]
 
 
+def test_an_update_smaller_than_its_model_is_never_out_of_proportion():
+    # Non-IID rounds: most clients barely move their model (0.002), one moves it by a tenth of
+    # its norm (0.7 of 6.4): 350 x the median, yet honest. Above the model's own norm: out.
+    norms = [0.002, 0.001, 0.003, 0.7, 20.0]
+    reasons = out_of_bound(norms, factor=10.0, model_norms=[6.4] * 5)
+    assert reasons[:4] == [None] * 4
+    assert "above the norm 6.4 of the model it was sent" in reasons[4]
+    assert out_of_bound(norms, factor=10.0)[3] is not None  # without the floor: dropped
+    with pytest.raises(ValueError, match="5 update norms but 2 model norms"):
+        out_of_bound(norms, model_norms=[1.0, 1.0])
+
+
 def test_history_bounds_a_lonely_reply():
     assert out_of_bound([1e6]) == [None]  # nothing to compare with
     # the low median of {2, 3, 1e6} is 3

@@ -27,7 +27,7 @@ from ripple_flwr.mixing import uniform_sample
 from ripple_flwr.records import record_to_state, state_to_record
 from ripple_flwr.results import message_nbytes
 from ripple_flwr.resume import save_server_state
-from ripple_flwr.robust import out_of_bound, update_norm
+from ripple_flwr.robust import out_of_bound, state_norm, update_norm
 from ripple_flwr.strategies.accounting import Dropped, EvaluationRecord, Ledger, RoundRecord
 from ripple_flwr.strategies.admission import ClientRoster, QueryResult
 from ripple_flwr.strategies.evaluation import evaluate_messages, score_stats
@@ -306,8 +306,19 @@ class AppStrategy:
             if id(record) not in decoded:
                 decoded[id(record)] = record_to_state(record)
             sent[row] = decoded[id(record)]
-        norms = [update_norm(self.update_origin(a, sent[a.row]), a.state) for a in accepted]
-        reasons = out_of_bound(norms, self._accepted_norms, s.update_norm_factor, s.max_update_norm)
+        origins = [self.update_origin(a, sent[a.row]) for a in accepted]
+        norms = [update_norm(o, a.state) for o, a in zip(origins, accepted, strict=True)]
+        model_norm: dict[int, float] = {}  # one norm per distinct model sent
+        for o in origins:
+            if id(o) not in model_norm:
+                model_norm[id(o)] = state_norm(o)
+        reasons = out_of_bound(
+            norms,
+            self._accepted_norms,
+            s.update_norm_factor,
+            s.max_update_norm,
+            model_norms=[model_norm[id(o)] for o in origins],
+        )
         kept, out = [], []
         for a, norm, reason in zip(accepted, norms, reasons, strict=True):
             if reason is None:
