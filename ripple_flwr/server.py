@@ -155,7 +155,9 @@ def save_for_onboarding(
     return path
 
 
-# Settings a resumed run may change; every other one must equal the interrupted run's.
+# Settings a resumed run may change; every other one must equal the interrupted run's. The
+# held-out clients (drawn after, and apart from, the training clients) may change too: a
+# finished run resumed with other new clients onboards them without training again.
 RESUME_MAY_CHANGE = (
     "resume",
     "checkpoint-every",
@@ -166,6 +168,9 @@ RESUME_MAY_CHANGE = (
     "node-wait-timeout",
     "client-threads",
     "cache-dir",
+    "new-clients",
+    "alpha-new",
+    "best-by-loss",
 )
 
 
@@ -191,7 +196,10 @@ def load_resume_state(settings: RunSettings) -> dict[str, Any]:
             f"cannot resume from {path}: the run's settings differ from the interrupted run's:\n  "
             + "\n  ".join(differ)
         )
-    if int(state["round"]) >= settings.num_server_rounds:
+    done = int(state["round"]) >= settings.num_server_rounds
+    if done and settings.new_clients and int(state["round"]) == settings.num_server_rounds:
+        log.info("%s is a finished run: onboarding its new clients only", path)
+    elif done:
         raise ConfigError(
             f"{path} is after round {state['round']}, but num-server-rounds="
             f"{settings.num_server_rounds}: nothing left to run (raise num-server-rounds)"

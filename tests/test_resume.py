@@ -104,3 +104,36 @@ def test_encode_decode_round_trip(tmp_path):
     np.testing.assert_array_equal(again[7][4]["w"], np.ones(2, np.float32))
     with pytest.raises(TypeError, match="cannot checkpoint a object"):
         encode({"x": object()}, {})
+
+
+@pytest.mark.parametrize("method", ["fedavg", "ifca"])
+def test_a_finished_run_onboards_other_new_clients_without_training_again(
+    method, cache_dir, tmp_path
+):
+    """Table 2's second alpha_test: the training is the same, only the held-out group differs."""
+    base = {"num-server-rounds": 2, "checkpoint-every": 2, "new-clients": 1}
+
+    def cfg(name, **over):
+        return tiny_run_config(
+            cache_dir,
+            method=method,
+            **{**base, "results-path": str(tmp_path / f"{name}.json"), **over},
+        )
+
+    first = cfg("a1", **{"alpha-new": 1.0})
+    run_server(FakeGrid(first), first)
+    fresh = cfg("a100", **{"alpha-new": 100.0})
+    full = json.loads(run_server(FakeGrid(fresh), fresh).read_text())
+    again = cfg("a100-resumed", **{"alpha-new": 100.0, "resume": str(tmp_path / "a1.resume.npz")})
+    grid = FakeGrid(again)
+    resumed = json.loads(run_server(grid, again).read_text())
+    assert not grid.sent_of_type("train")  # no round was trained again
+    # The ledger of the finished run (same sampled clients, same losses) is carried over.
+    sampled = [r["sampled"] for r in full["rounds"]]
+    assert [r["sampled"] for r in resumed["rounds"]] == sampled
+    assert resumed["train_loss_per_round"] == full["train_loss_per_round"]
+    assert resumed["zero_shot"]["per_client"] == full["zero_shot"]["per_client"]
+    # Without new clients there is nothing left to do in a finished run.
+    none_left = cfg("none", resume=str(tmp_path / "a1.resume.npz"), **{"new-clients": 0})
+    with pytest.raises(ConfigError, match="nothing left to run"):
+        run_server(FakeGrid(none_left), none_left)

@@ -61,7 +61,7 @@ def test_table2_scores_new_clients_of_every_method(tmp_path, capsys):
         "--dataset", "mnist-5k", "--clients", "6", "--clients-per-round", "3",
         "--partition-size", "60", "--aux-size", "300", "--new-clients", "2",
         "--rounds", "1", "--eval-every", "1",
-        "--alphas-train", "0.1", "--alphas-test", "1", "--methods", "fedavg", "ifca", "cfl",
+        "--alphas-train", "0.1", "--alphas-test", "1", "100", "--methods", "fedavg", "ifca", "cfl",
         "--out", str(out),
     ]  # fmt: skip
     line = run_tables(argv, capsys)
@@ -72,4 +72,13 @@ def test_table2_scores_new_clients_of_every_method(tmp_path, capsys):
         assert res["zero_shot"]["clients"] == 2
     ifca = json.loads((out / "ifca-a0.1-t1-seed0.json").read_text())
     assert all(c["chosen"] in range(10) for c in ifca["zero_shot"]["per_client"])
-    assert "alpha_train/alpha_test 0.1/1" in (out / "table2.md").read_text()
+    md = (out / "table2.md").read_text()
+    assert "alpha_train/alpha_test 0.1/1 " in md and "alpha_train/alpha_test 0.1/100 " in md
+    # The second alpha_test resumed the finished training: same rounds, other new clients.
+    t100 = json.loads((out / "ifca-a0.1-t100-seed0.json").read_text())
+    assert t100["settings"]["alpha-new"] == 100.0 and t100["settings"]["resume"]
+    assert t100["rounds"] == ifca["rounds"]
+    assert (
+        line["cells"]["ifca"]["0.1/100"]["zero_shot_accuracy"]
+        == (t100["zero_shot"]["accuracy"]["weighted_mean"])
+    )
