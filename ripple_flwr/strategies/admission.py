@@ -383,7 +383,13 @@ class ClientRoster:
         }
 
     def restore(self, saved: dict[str, Any], node_of: dict[int, int]) -> None:
-        """The saved roster, with node ids from this process's query round where known."""
+        """The saved training clients, with node ids from this process's query round where known.
+
+        Held-out new clients are not restored: they never trained, and those of
+        this process's query round (possibly other ones, with other data:
+        ``new-clients`` and ``alpha-new`` may change on resume) are the ones
+        to onboard, with the summaries they just sent.
+        """
 
         def result(d: dict[str, Any]) -> QueryResult:
             q = QueryResult(**d)
@@ -394,7 +400,6 @@ class ClientRoster:
             return q
 
         self.clients = result(saved["clients"])
-        self.new_clients = result(saved["new_clients"])
         self.known_nodes |= {int(n) for n in saved["known_nodes"]}
         self.joined = list(saved["joined"])
 
