@@ -14,6 +14,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(autouse=True)
+def _restore_output_dir(monkeypatch):
+    """tables.main points $RIPPLE_OUTPUT_DIR at its --out (it is the server); undo that after."""
+    import os
+
+    monkeypatch.setenv("RIPPLE_OUTPUT_DIR", os.environ.get("RIPPLE_OUTPUT_DIR", ""))
+
+
 def run_tables(argv: list[str], capsys) -> dict:
     import tables
 
