@@ -212,7 +212,14 @@ class AppStrategy:
         if not len(result.arrays):
             result.arrays = initial_arrays
         self.final_global = result.arrays
+        own = self.final_arrays()
+        if own is not None:
+            result.arrays = own
         return result
+
+    def final_arrays(self) -> ArrayRecord | None:
+        """The models the strategy holds itself, as the run's result (``None``: Flower's)."""
+        return None
 
     # -- the two halves of a round, shared by both families ---------------------------------
     def begin_round(self, server_round: int, grid: Grid) -> np.ndarray:

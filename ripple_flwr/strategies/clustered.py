@@ -129,11 +129,6 @@ class ClusterModels(ServerModels):
         """The cluster models stacked on a leading axis, as one ArrayRecord."""
         return states_to_records([self.saved_models()])[0]
 
-    def start(self, grid, initial_arrays, num_rounds=3, timeout=None, *args, **kwargs):
-        result = super().start(grid, initial_arrays, num_rounds, timeout, *args, **kwargs)
-        result.arrays = self.final_arrays()
-        return result
-
     # -- results -----------------------------------------------------------------------------
     def assignment_record(self) -> dict[str, Any]:
         """The final assignment by partition and its ARI against the dominant class."""

@@ -234,22 +234,6 @@ class RippleStrategy(ServerModels, Strategy):
         """Every client's personalised model theta_k."""
         return states_to_records(mix_models(self.weights, self.stacked))
 
-    def start(
-        self,
-        grid,
-        initial_arrays,
-        num_rounds=3,
-        timeout=None,
-        train_config=None,
-        evaluate_config=None,
-        evaluate_fn=None,
-    ):
-        result = super().start(
-            grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn
-        )
-        result.arrays = self.final_arrays()
-        return result
-
     def final_arrays(self) -> ArrayRecord:
         """The K cluster models, stacked on a leading axis, as one ArrayRecord."""
         return states_to_records([self.stacked])[0]
