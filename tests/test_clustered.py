@@ -229,13 +229,13 @@ def test_ifca_drops_a_reply_that_names_no_valid_model():
 def test_fesem_assigns_each_client_to_the_centre_nearest_its_own_model():
     strategy, _, _ = run_method("fesem", rounds=1)
     # After one round every client has its own model: cold-start centre + (pid + 1).
-    own = strategy.own[:, 0]
+    own = strategy.latest[:, 0]
     centres = np.array([m["w"][0] for m in strategy.models])
     expect = [int(np.argmin(np.abs(centres - o))) for o in own]
     assert strategy.current_assignment().tolist() == expect
     # Hand-built: centres at 0 and 100, own models at 40 and 60 -> 0 and 1.
     strategy.set_models([state(0.0), state(100.0)])
-    strategy.own[:2] = flatten([state(40.0), state(60.0)], strategy.keys)
+    strategy.latest[:2] = flatten([state(40.0), state(60.0)], strategy.keys)
     assert strategy.current_assignment()[:2].tolist() == [0, 1]
 
 

@@ -26,7 +26,6 @@ from ripple_flwr.cluster_baselines import (
     cfl_bipartition,
     cfl_should_split,
     flatten,
-    float_keys,
 )
 from ripple_flwr.config import RunSettings
 from ripple_flwr.strategies.clustered import ClusterModels
@@ -46,49 +45,30 @@ class CFL(ClusterModels, Strategy):
     truth : the true mixtures pi* by partition id, for the ARI of the final clusters.
     """
 
-    checkpoint_fields = ("last_update", "has_update", "criterion")
+    checkpoint_fields = ("criterion",)
+    keeps_latest = True  # each client's last update
 
     def __init__(
         self, settings: RunSettings, initial_state: State, truth: np.ndarray | None = None
     ) -> None:
         self._init_clusters(settings, [initial_state], truth)
-        self.keys = float_keys(initial_state)
-        self.last_update = np.zeros((0, 0), dtype=np.float32)  # (rows, P)
-        self.has_update = np.zeros(0, dtype=bool)
         # Per round and cluster with >= 2 replies: [round, cluster, mean norm, max norm], so
         # cfl-eps1 / cfl-eps2 can be read off a run (the warm-up rounds included).
         self.criterion: list[list[float]] = []
 
-    def setup(self, clients) -> None:
-        super().setup(clients)
-        p = int(flatten([self.models[0]], self.keys).shape[1])
-        self.last_update = np.zeros((len(clients), p), dtype=np.float32)
-        self.has_update = np.zeros(len(clients), dtype=bool)
-
-    def add_clients(self, joined) -> None:
-        super().add_clients(joined)
-        pad = np.zeros((len(joined), self.last_update.shape[1]), dtype=np.float32)
-        self.last_update = np.concatenate([self.last_update, pad])
-        self.has_update = np.concatenate([self.has_update, np.zeros(len(joined), dtype=bool)])
-
-    def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[ArrayRecord]:
-        records = self.model_records()
-        self._sent_from = {int(r): int(self.assignment[r]) for r in rows}
-        return [records[self._sent_from[int(r)]] for r in rows]
-
     def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
         """Per-cluster mean of the returned models, then the split test."""
+        s = self.settings
         rows = [a.row for a in accepted]
         labels = [self._sent_from[r] for r in rows]
-        sent = flatten([self.models[c] for c in labels], self.keys)
-        updates = flatten([a.state for a in accepted], self.keys) - sent
-        self.last_update[rows] = updates
-        self.has_update[rows] = True
+        sent = {c: flatten([self.models[c]], self.keys)[0] for c in set(labels)}  # once each
+        updates = flatten([a.state for a in accepted], self.keys)
+        updates -= np.stack([sent[c] for c in labels])
+        self.remember(rows, updates)
         self.average_into_clusters(server_round, accepted, labels)
         weights = np.array([a.num_examples for a in accepted], dtype=np.float64)
         for c in sorted(set(labels)):
             mask = np.array(labels) == c
-            s = self.settings
             split, mean_norm, max_norm = cfl_should_split(
                 updates[mask], weights[mask], s.cfl_eps1, s.cfl_eps2
             )
@@ -102,10 +82,10 @@ class CFL(ClusterModels, Strategy):
         """Bi-partition cluster ``c`` by its members' latest updates (at least three needed)."""
         s = self.settings
         members = np.flatnonzero(self.assignment == c)
-        with_update = members[self.has_update[members]]
+        with_update = members[self.has_latest[members]]
         if len(with_update) < 3:
             return False
-        a, b, cross = cfl_bipartition(self.last_update[with_update])
+        a, b, cross = cfl_bipartition(self.latest[with_update])
         new = self.num_models
         self.assignment[with_update[b]] = new
         self.set_models([*self.models, self.models[c]])

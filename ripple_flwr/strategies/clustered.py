@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord
 
-from ripple_flwr.cluster_baselines import State, cluster_means
+from ripple_flwr.cluster_baselines import State, cluster_means, float_keys
 from ripple_flwr.config import RunSettings
 from ripple_flwr.results import hard_ari
 from ripple_flwr.robust import unsafe_step
@@ -35,20 +35,32 @@ class ClusterModels(ServerModels):
     :meth:`average_into_clusters`).
     """
 
-    checkpoint_fields = ("models", "assignment", "events")
+    checkpoint_fields = ("models", "assignment", "events", "latest", "has_latest")
+    # Whether the method keeps one flattened vector per client (FeSEM: the client's last
+    # model; CFL: its last update) in ``latest``; IFCA keeps none.
+    keeps_latest: bool = False
 
     def _init_clusters(
         self,
         settings: RunSettings,
         models: list[State],
         truth: np.ndarray | None = None,
+        min_models: int = 1,
     ) -> None:
+        if len(models) < min_models:
+            raise ValueError(
+                f"{type(self).__name__} needs K >= {min_models} cluster models, got {len(models)}"
+            )
         self._init_app(settings, models[0])
         self.models = list(models)
+        self.keys = float_keys(models[0])  # what distances, means and updates are taken over
         self.assignment = np.zeros(0, dtype=np.int64)  # row -> cluster, set in setup()
+        self.latest = np.zeros((0, 0), dtype=np.float32)  # (rows, P), see keeps_latest
+        self.has_latest = np.zeros(0, dtype=bool)
         self.truth = None if truth is None else np.asarray(truth, dtype=np.float64)
         self.events: list[dict[str, Any]] = []  # splits, refused aggregates
         self._records: list[ArrayRecord] | None = None
+        self._sent_from: dict[int, int] = {}  # row -> the cluster it was sent this round
 
     # -- who belongs where -------------------------------------------------------------------
     def initial_assignment(self, n: int) -> np.ndarray:
@@ -57,10 +69,21 @@ class ClusterModels(ServerModels):
 
     def setup(self, clients: QueryResult) -> None:
         self.assignment = self.initial_assignment(len(clients))
+        p = sum(int(np.asarray(self.models[0][k]).size) for k in self.keys)
+        self.latest = np.zeros((len(clients), p if self.keeps_latest else 0), dtype=np.float32)
+        self.has_latest = np.zeros(len(clients), dtype=bool)
 
     def add_clients(self, joined: QueryResult) -> None:
         super().add_clients(joined)
         self.assignment = np.concatenate([self.assignment, self.initial_assignment(len(joined))])
+        pad = np.zeros((len(joined), self.latest.shape[1]), dtype=np.float32)
+        self.latest = np.concatenate([self.latest, pad])
+        self.has_latest = np.concatenate([self.has_latest, np.zeros(len(joined), dtype=bool)])
+
+    def remember(self, rows: list[int], vectors: np.ndarray) -> None:
+        """Keep ``vectors[i]`` as row ``rows[i]``'s latest vector."""
+        self.latest[rows] = vectors
+        self.has_latest[rows] = True
 
     def current_assignment(self) -> np.ndarray:
         """Every client's cluster now (FeSEM recomputes it from the clients' models)."""
@@ -109,6 +132,12 @@ class ClusterModels(ServerModels):
         super().restore_server_state(state)
         self.assignment = np.asarray(self.assignment, dtype=np.int64)
         self._records = None
+
+    def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list:
+        """Each sampled client trains its own cluster's model."""
+        records = self.model_records()
+        self._sent_from = {int(r): int(self.assignment[r]) for r in rows}
+        return [records[self._sent_from[int(r)]] for r in rows]
 
     # -- evaluation and onboarding -----------------------------------------------------------
     def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:

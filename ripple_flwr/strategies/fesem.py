@@ -19,7 +19,7 @@ import numpy as np
 from flwr.app import ArrayRecord
 from flwr.serverapp.strategy import Strategy
 
-from ripple_flwr.cluster_baselines import State, flatten, float_keys, nearest_centres
+from ripple_flwr.cluster_baselines import State, flatten, nearest_centres
 from ripple_flwr.config import RunSettings
 from ripple_flwr.strategies.clustered import ClusterModels
 from ripple_flwr.strategies.replies import Accepted
@@ -37,42 +37,27 @@ class FeSEM(ClusterModels, Strategy):
     truth : the true mixtures pi* by partition id, for the ARI of the final assignment.
     """
 
-    checkpoint_fields = ("own", "has_own")
+    keeps_latest = True  # each client's last returned model
 
     def __init__(
         self, settings: RunSettings, models: list[State], truth: np.ndarray | None = None
     ) -> None:
-        if len(models) < 2:
-            raise ValueError(f"FeSEM needs K >= 2 centres, got {len(models)}")
-        self._init_clusters(settings, models, truth)
-        self.keys = float_keys(models[0])
+        self._init_clusters(settings, models, truth, min_models=2)
         self.cold_rng = np.random.default_rng(
             np.random.SeedSequence([settings.seed, _COLD_START_KEY])
         )
-        self.own = np.zeros((0, 0), dtype=np.float32)  # (rows, P): each client's last model
-        self.has_own = np.zeros(0, dtype=bool)
 
     def initial_assignment(self, n: int) -> np.ndarray:
         """Cold start: a centre drawn uniformly (seeded) for each client without a model."""
         return self.cold_rng.integers(0, self.num_models, size=n).astype(np.int64)
 
-    def setup(self, clients) -> None:
-        super().setup(clients)
-        p = int(flatten([self.models[0]], self.keys).shape[1])
-        self.own = np.zeros((len(clients), p), dtype=np.float32)
-        self.has_own = np.zeros(len(clients), dtype=bool)
-
-    def add_clients(self, joined) -> None:
-        super().add_clients(joined)
-        pad = np.zeros((len(joined), self.own.shape[1]), dtype=np.float32)
-        self.own = np.concatenate([self.own, pad])
-        self.has_own = np.concatenate([self.has_own, np.zeros(len(joined), dtype=bool)])
-
     def expectation(self) -> None:
         """Every client with a model of its own moves to its nearest centre."""
-        if self.has_own.any():
+        if self.has_latest.any():
             centres = flatten(self.models, self.keys)
-            self.assignment[self.has_own] = nearest_centres(self.own[self.has_own], centres)
+            self.assignment[self.has_latest] = nearest_centres(
+                self.latest[self.has_latest], centres
+            )
 
     def current_assignment(self) -> np.ndarray:
         self.expectation()
@@ -81,15 +66,12 @@ class FeSEM(ClusterModels, Strategy):
     def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[ArrayRecord]:
         """Each sampled client trains from its (freshly computed) centre."""
         self.expectation()
-        records = self.model_records()
-        self._sent_from = {int(r): int(self.assignment[r]) for r in rows}
-        return [records[self._sent_from[int(r)]] for r in rows]
+        return super().train_payloads(rows, arrays)
 
     def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
         """Keep each client's returned model; centres = mean of their members' models."""
         rows = [a.row for a in accepted]
-        self.own[rows] = flatten([a.state for a in accepted], self.keys)
-        self.has_own[rows] = True
+        self.remember(rows, flatten([a.state for a in accepted], self.keys))
         labels = [self._sent_from[r] for r in rows]
         self.average_into_clusters(server_round, accepted, labels)
         return None

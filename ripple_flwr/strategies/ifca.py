@@ -35,9 +35,7 @@ class IFCA(ClusterModels, Strategy):
     def __init__(
         self, settings: RunSettings, models: list[State], truth: np.ndarray | None = None
     ) -> None:
-        if len(models) < 2:
-            raise ValueError(f"IFCA needs K >= 2 cluster models, got {len(models)}")
-        self._init_clusters(settings, models, truth)
+        self._init_clusters(settings, models, truth, min_models=2)
 
     def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[list[ArrayRecord]]:
         """All K models to every sampled client (one shared list of records)."""
