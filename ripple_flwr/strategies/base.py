@@ -273,9 +273,7 @@ class AppStrategy:
             if reason is None:
                 kept.append(a)
                 continue
-            pid = self.clients.partition_ids[a.row]
-            log.warning("round %d: dropped reply of partition %d: %s", server_round, pid, reason)
-            dropped.append(Dropped(pid, reason))
+            dropped.append(self._drop(server_round, a, reason))
         accepted, out = self._bound_updates(server_round, kept)
         dropped = sorted(dropped + out, key=lambda d: d.partition)
         self._round.dropped = dropped
@@ -331,11 +329,15 @@ class AppStrategy:
             if reason is None:
                 kept.append((a, norm))
                 continue
-            pid = self.clients.partition_ids[a.row]
-            log.warning("round %d: dropped reply of partition %d: %s", server_round, pid, reason)
-            out.append(Dropped(pid, reason))
+            out.append(self._drop(server_round, a, reason))
         self._accepted_norms = [n for _, n in kept]
         return [a for a, _ in kept], out
+
+    def _drop(self, server_round: int, a: Accepted, reason: str) -> Dropped:
+        """Log a reply that passed validation but is not used, and record why."""
+        pid = self.clients.partition_ids[a.row]
+        log.warning("round %d: dropped reply of partition %d: %s", server_round, pid, reason)
+        return Dropped(pid, reason)
 
     def update_origin(self, a: Accepted, sent: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The model a reply's update is measured from: what was sent (IFCA: the chosen one)."""
