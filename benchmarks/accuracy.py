@@ -32,15 +32,15 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
+from runs import run_or_reuse, write_json_line  # noqa: E402
 
 from ripple_flwr.config import ROUTERS, SAMPLINGS  # noqa: E402
-from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
 from ripple_flwr.methods import METHODS  # noqa: E402
 from ripple_flwr.outputs import OUTPUT_DIR_ENV  # noqa: E402
-from ripple_flwr.results import finished_results, tail_mean  # noqa: E402
-from ripple_flwr.server import run_server  # noqa: E402
+from ripple_flwr.results import tail_mean  # noqa: E402
 
 
 def benchmark_variants() -> dict[str, dict]:
@@ -136,14 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                 "checkpoint": args.checkpoint,
                 "results-path": str(out / f"{name}-seed{seed}.json"),
             }
-            res = None
-            if args.reuse:
-                res = finished_results(cfg["results-path"], cfg, ("results-path", "checkpoint"))
-            if res is None:
-                run_cfg = {**cfg, "overwrite-results": True}  # a stale run is replaced
-                res = json.loads(
-                    run_server(InProcessGrid(run_cfg, keep_traffic=False), run_cfg).read_text()
-                )
+            res = run_or_reuse(cfg, args.reuse)
             rounds, acc = curve(res)
             finals.append(tail_mean(acc))
             hit = [r for r, a in zip(rounds, acc, strict=True) if a >= 0.9]
@@ -177,9 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     )
     print(line)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(line + "\n")
+    write_json_line(line, args.json)
     return 0
 
 

@@ -27,13 +27,14 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+
+from runs import run_or_reuse, write_json_line  # noqa: E402
 
 from ripple_flwr.embedding_dp import NOISE_SEED_KEY  # noqa: E402
-from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
 from ripple_flwr.outputs import OUTPUT_DIR_ENV  # noqa: E402
-from ripple_flwr.results import finished_results, tail_mean  # noqa: E402
-from ripple_flwr.server import run_server  # noqa: E402
+from ripple_flwr.results import tail_mean  # noqa: E402
 
 
 def parse_epsilon(text: str) -> float:
@@ -81,22 +82,15 @@ def main(argv: list[str] | None = None) -> int:
             "embedding-dp-delta": args.delta,
             "results-path": str(out / f"ripple-dp-{name}-seed{args.seed}.json"),
         }
-        res = None
-        if args.reuse:
-            res = finished_results(cfg["results-path"], cfg, ("results-path", "checkpoint"))
-        if res is None:
-            print(f"running epsilon={name}", file=sys.stderr, flush=True)
-            nodes = [
-                {
-                    "partition-id": i,
-                    "num-partitions": args.clients,
-                    NOISE_SEED_KEY: 1000 * args.seed + i,
-                }
-                for i in range(args.clients)
-            ]
-            run_cfg = {**cfg, "overwrite-results": True}
-            grid = InProcessGrid(run_cfg, node_configs=nodes, keep_traffic=False)
-            res = json.loads(run_server(grid, run_cfg).read_text())
+        nodes = [
+            {
+                "partition-id": i,
+                "num-partitions": args.clients,
+                NOISE_SEED_KEY: 1000 * args.seed + i,
+            }
+            for i in range(args.clients)
+        ]
+        res = run_or_reuse(cfg, args.reuse, node_configs=nodes)
         acc = res["accuracy_per_round"]
         rounds = sorted(int(r) for r in acc)
         curve = [acc[str(r)]["weighted_mean"] for r in rounds]
@@ -125,9 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     )
     print(line)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(line + "\n")
+    write_json_line(line, args.json)
     return 0
 
 

@@ -26,8 +26,10 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 if str(Path(__file__).resolve().parents[1]) not in sys.path:
     sys.path.append(str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
+from runs import write_json_line  # noqa: E402
 
 from ripple_flwr import faults  # noqa: E402
 from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
@@ -118,9 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         r["clean_honest_accuracy"] = clean.get(r["method"])
     line = json.dumps({"rounds": args.rounds, "bad_partition": BAD, "cases": rows})
     print(line)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(line + "\n")
+    write_json_line(line, args.out)
     return 0
 
 

@@ -50,11 +50,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 from accuracy import VARIANTS, curve  # noqa: E402
+from runs import run_or_reuse, write_json_line  # noqa: E402
 
-from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
 from ripple_flwr.outputs import OUTPUT_DIR_ENV  # noqa: E402
-from ripple_flwr.results import finished_results, hard_ari, tail_mean  # noqa: E402
-from ripple_flwr.server import run_server  # noqa: E402
+from ripple_flwr.results import hard_ari, tail_mean  # noqa: E402
 
 TABLE1 = {
     **VARIANTS,
@@ -74,18 +73,6 @@ SWEEP_K = (2, 4, 6, 8, 10)
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def run(cfg: dict, reuse: bool) -> dict:
-    """One in-process run, or its finished results file (``--reuse``, same settings)."""
-    if reuse:
-        res = finished_results(cfg["results-path"], cfg, ("results-path", "checkpoint", "resume"))
-        if res is not None:
-            log(f"reusing {cfg['results-path']}")
-            return res
-    cfg = {**cfg, "overwrite-results": True}  # a stale run is replaced
-    log(f"running {Path(cfg['results-path']).name}")
-    return json.loads(run_server(InProcessGrid(cfg, keep_traffic=False), cfg).read_text())
 
 
 def clusters_ari(res: dict) -> tuple[float | None, float | None, str]:
@@ -129,7 +116,7 @@ def table1(args: argparse.Namespace, out: Path) -> dict:
                 "num-server-rounds": args.rounds,
                 "results-path": str(out / f"{name}-seed{seed}.json"),
             }
-            res = run(cfg, args.reuse)
+            res = run_or_reuse(cfg, args.reuse)
             r, acc = curve(res)
             finals.append(tail_mean(acc))
             hit = [rd for rd, a in zip(r, acc, strict=True) if a >= args.target]
@@ -210,7 +197,7 @@ def table2(args: argparse.Namespace, out: Path) -> dict:
                             trained = Path(cfg["results-path"]).with_suffix(".resume.npz")
                         else:
                             cfg["resume"] = str(trained)
-                        res = run(cfg, args.reuse)
+                        res = run_or_reuse(cfg, args.reuse)
                         ref = res["zero_shot"].get("best_by_loss")
                         per_k.setdefault(k, {}).setdefault(alpha_test, []).append(
                             (
@@ -348,9 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     )
     print(line)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(line + "\n")
+    write_json_line(line, args.json)
     return 0
 
 
