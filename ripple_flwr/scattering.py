@@ -7,11 +7,12 @@ module computes the *same operator* with kymatio's own filter bank, padding
 and output order, rearranged so that the work is a handful of large calls:
 
 - **Wavelet filtering + subsampling** (multiply a spectrum by a filter, then
-  periodise it by k in each axis) is one batched matrix product per
-  (scale, resolution) pair: for each of the (M/k)(N/k) output frequencies,
-  the k^2 aliased input frequencies times the L filters. The full-size
-  product kymatio writes (k^2 times larger than the result) never exists;
-  that product and its periodisation were 65% of the time on a CPU.
+  periodise it by k in each axis) never forms the full-size product kymatio
+  writes (k^2 times larger than the result; it and its periodisation were
+  65% of the time on a CPU): for k <= 2 the k^2 aliases are summed as
+  complex-times-real products of strided views, and for larger k one
+  batched matrix product per (scale, resolution) pair maps the k^2 aliased
+  input frequencies of each output frequency through the L filters.
 - **Low-pass + subsampling + unpadding** is linear in the real map |U|, so
   it is one matrix product with a precomputed (M_r N_r, h w) operator
   straight from the spatial map: no FFT of the second-order maps at all.
@@ -30,32 +31,44 @@ from kymatio.scattering2d.utils import compute_padding
 
 
 def _aliasing_filters(psi: np.ndarray, k: int) -> torch.Tensor:
-    """Filters ``(L, M, N)`` rearranged for :func:`_filter_periodise`: ``(F, L, k*k)`` / k^2.
+    """Filters ``(L, M, N)`` rearranged for :func:`_filter_periodise`, divided by k^2.
 
-    F = (M/k)(N/k) output frequencies; column s of frequency f is the filter
-    value at the s-th frequency that aliases onto f when subsampling by k.
+    k = 1 and k = 2: ``(k*k, L, M/k, N/k)``, alias s of every output frequency
+    as one plane. k >= 4: ``(F, L, k*k)`` with F = (M/k)(N/k) output
+    frequencies; column s of frequency f is the filter value at the s-th
+    frequency that aliases onto f when subsampling by k.
     """
     n_filt, m, n = psi.shape
-    p = psi.reshape(n_filt, k, m // k, k, n // k).transpose(2, 4, 0, 1, 3)
-    return torch.from_numpy(np.ascontiguousarray(p.reshape(-1, n_filt, k * k)) / (k * k))
+    p = psi.reshape(n_filt, k, m // k, k, n // k)
+    if k <= 2:
+        p = p.transpose(1, 3, 0, 2, 4).reshape(k * k, n_filt, m // k, n // k)
+    else:
+        p = p.transpose(2, 4, 0, 1, 3).reshape(-1, n_filt, k * k)
+    return torch.from_numpy(np.ascontiguousarray(p) / (k * k))
 
 
 def _filter_periodise(u_hat: torch.Tensor, filt: torch.Tensor, k: int) -> torch.Tensor:
     """``subsample_fourier(u_hat * psi, k)`` for all L filters.
 
     ``(B, X, M, N)`` complex spectra (X maps of each of B images) ->
-    ``(B, X, L, M/k, N/k)``. ``filt`` is the ``(F, L, k*k)`` layout of
-    :func:`_aliasing_filters`. One batched product over (image, output
-    frequency) pairs replaces kymatio's full-size product followed by a sum
-    over k^2 slabs. Every product has the same shape whatever B is, so an
-    image's coefficients do not depend on the batch it came in.
+    ``(B, X, L, M/k, N/k)``, with ``filt`` laid out by :func:`_aliasing_filters`.
+    kymatio forms the full-size product and then sums its k^2 slabs; here
+    the slabs are never formed. For k <= 2 the k^2 aliases are summed as
+    complex-times-real products of strided views, written straight into
+    the output layout. For larger k (16 or more aliases, few output
+    frequencies) one batched product over (image, output frequency) pairs
+    does it in one call. Each image's coefficients are computed by the same
+    operations whatever B is, so they do not depend on the batch.
     """
     b, x, m, n = u_hat.shape
     mk, nk = m // k, n // k
+    if k <= 2:
+        u = u_hat.reshape(b, x, k, mk, k, nk)
+        out = u[:, :, None, 0, :, 0] * filt[0]
+        for s in range(1, k * k):
+            out += u[:, :, None, s // k, :, s % k] * filt[s]
+        return out
     f, n_filt, s = filt.shape
-    if k == 1:
-        prod = torch.view_as_real(u_hat)[:, :, None] * filt[:, :, 0].T.reshape(n_filt, m, n, 1)
-        return torch.view_as_complex(prod)
     # (B, X, k, mk, k, nk, 2) -> (B, mk, nk, k, k, X, 2): the k^2 aliases of a frequency as rows.
     parts = torch.view_as_real(u_hat).reshape(b, x, k, mk, k, nk, 2).permute(0, 3, 5, 2, 4, 1, 6)
     parts = parts.reshape(b * f, s, x * 2)
