@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ripple_flwr.data.partition import largest_remainder_counts
-from ripple_flwr.embedding import SpectralEmbedder
+from ripple_flwr.embedding import SpectralEmbedder, one_cpu_thread
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ def _embed_on_cpu(
     workers: int | None,
     bar,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Small batches on worker threads, one torch thread each (no oversubscription)."""
+    """Small batches on worker threads, one torch and one BLAS thread each (no oversubscription)."""
     n = len(indices)
     batch = batch_clients or _CPU_BATCH_CLIENTS
     starts = list(range(0, n, batch))
@@ -245,9 +245,7 @@ def _embed_on_cpu(
         return len(clients)
 
     workers = workers or min(4, os.cpu_count() or 1)
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
+    with one_cpu_thread("cpu"):
         if workers > 1:
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 for done in pool.map(work, starts):
@@ -255,8 +253,6 @@ def _embed_on_cpu(
         else:
             for lo in starts:
                 bar.update(work(lo))
-    finally:
-        torch.set_num_threads(threads)
     return embeddings, means
 
 
