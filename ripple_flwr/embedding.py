@@ -15,10 +15,13 @@ the transform itself is kymatio's algorithm vectorised over paths
 from __future__ import annotations
 
 import functools
+import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -26,6 +29,9 @@ from scipy.linalg.blas import ssyrk
 from threadpoolctl import ThreadpoolController
 
 from ripple_flwr.scattering import Scattering2D
+
+if TYPE_CHECKING:
+    from ripple_flwr.one_client_graph import OneClientGraph
 
 # Eigenvalues below this fraction of the largest are treated as zero (rank).
 _RANK_TOL = 1e-6
@@ -144,13 +150,53 @@ def _orthonormalise(y: torch.Tensor) -> torch.Tensor:
     )
 
 
+def uses_subspace_iteration(n: int, m: int) -> bool:
+    """Whether the top ``m`` eigenpairs of ``n x n`` Gram matrices come from subspace iteration."""
+    return m + 8 <= _BLOCK and n >= _MIN_ROWS_PER_BLOCK * _BLOCK
+
+
+def ritz_basis(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Subspace iteration for ``(B, n, n)`` Gram matrices, on their device without a host sync.
+
+    Returns the orthonormal basis Q ``(B, n, b)`` of the block and the
+    Rayleigh quotient H = Q^T G Q ``(B, b, b)`` in float64, symmetrised:
+    its eigenpairs, mapped back by :func:`ritz_pairs`, are G's top ones.
+    """
+    n = gram.shape[1]
+    gram2 = gram @ gram
+    q = _orthonormalise(gram2 @ _start_block(n, _BLOCK, gram))
+    for _ in range(_SUBSPACE_STEPS - 1):
+        q = _orthonormalise(gram2 @ q)
+    q = _orthonormalise(q)
+    h = q.double().transpose(1, 2) @ (gram @ q).double()
+    return q, 0.5 * (h + h.transpose(1, 2))
+
+
+def ritz_pairs(
+    gram: torch.Tensor, q: torch.Tensor, theta: torch.Tensor, w: torch.Tensor, m: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The top ``m`` Ritz pairs from H's ascending eigenpairs ``theta``, ``w``; no host sync.
+
+    Returns eigenvalues ``(B, m)``, eigenvectors ``(B, n, m)`` in G's dtype,
+    and ``(B,)`` flags of clients whose residuals ||G u - theta u|| are not
+    at float32 level for a kept component (their pairs must not be used).
+    """
+    theta, w = theta.flip(-1)[:, :m], w.flip(-1)[:, :, :m]
+    u = (q.double() @ w).to(gram.dtype)
+    lam = theta.to(gram.dtype)
+    resid = torch.linalg.vector_norm(gram @ u - u * lam[:, None, :], dim=1)
+    top = lam[:, :1].abs().clamp_min(torch.finfo(gram.dtype).tiny)
+    kept = lam > _RANK_TOL * top
+    return lam, u, ((resid > _RESIDUAL_TOL * top) & kept).any(dim=1)
+
+
 def top_eigenpairs(gram: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The m largest eigenpairs of symmetric PSD matrices ``(B, n, n)``, descending.
 
     Returns ``(B, m)`` eigenvalues and ``(B, n, m)`` eigenvectors. When a
-    block of 32 vectors is much smaller than n, block subspace iteration with
-    a final Rayleigh-Ritz step finds them with a few dozen batched matrix
-    products and one 32 x 32 eigen-solve per client, instead of a full n x n
+    block of 48 vectors is much smaller than n, block subspace iteration with
+    a final Rayleigh-Ritz step finds them with a few batched matrix products
+    and one 48 x 48 eigen-solve per client, instead of a full n x n
     decomposition (which on a GPU is a sequential solver per matrix and on
     a CPU mostly the tridiagonalisation of eigenvectors nobody uses).
     Clients whose Ritz residuals are not at float32 level, and problems too
@@ -161,30 +207,17 @@ def top_eigenpairs(gram: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tens
     b, n, _ = gram.shape
     if gram.device.type != "cpu" and b <= _HOST_EIGEN_MAX_CLIENTS:
         # A few clients are pure latency on a GPU (~40 small solver launches, ~8 ms
-        # whatever the batch); the host does them in well under a millisecond.
+        # whatever the batch); the host does them in about a millisecond.
         # One host thread: OpenMP across a GPU machine's cores costs more than the work.
         with one_cpu_thread(torch.device("cpu")):
             lam, u = top_eigenpairs(gram.cpu(), m)
         return lam.to(gram.device), u.to(gram.device)
-    if m + 8 > _BLOCK or n < _MIN_ROWS_PER_BLOCK * _BLOCK or b == 0:
+    if not uses_subspace_iteration(n, m) or b == 0:
         evals, evecs = torch.linalg.eigh(gram)
         return evals.flip(-1)[:, :m], evecs.flip(-1)[:, :, :m]
-    gram2 = gram @ gram
-    q = _orthonormalise(gram2 @ _start_block(n, _BLOCK, gram))
-    for _ in range(_SUBSPACE_STEPS - 1):
-        q = _orthonormalise(gram2 @ q)
-    q = _orthonormalise(q)
-    gq = gram @ q
-    # Rayleigh-Ritz in float64: H = Q^T G Q (32 x 32), its eigenvectors rotate Q.
-    h = q.double().transpose(1, 2) @ gq.double()
-    theta, w = torch.linalg.eigh(0.5 * (h + h.transpose(1, 2)))
-    theta, w = theta.flip(-1)[:, :m], w.flip(-1)[:, :, :m]
-    u = (q.double() @ w).to(gram.dtype)
-    lam = theta.to(gram.dtype)
-    resid = torch.linalg.vector_norm(gram @ u - u * lam[:, None, :], dim=1)
-    top = lam[:, :1].abs().clamp_min(torch.finfo(gram.dtype).tiny)
-    kept = lam > _RANK_TOL * top
-    bad = ((resid > _RESIDUAL_TOL * top) & kept).any(dim=1)
+    q, h = ritz_basis(gram)
+    theta, w = torch.linalg.eigh(h)
+    lam, u, bad = ritz_pairs(gram, q, theta, w, m)
     if bool(bad.any()):  # one host sync per batch, not per client
         idx = bad.nonzero()[:, 0]
         evals, evecs = torch.linalg.eigh(gram[idx])
@@ -204,28 +237,48 @@ def batch_prototypes(x: torch.Tensor, settings: PrototypeSettings) -> torch.Tens
     needs only the top M eigenpairs (:func:`top_eigenpairs`); an explained
     variance threshold needs the whole spectrum.
     """
-    b, n, d = x.shape
-    mu = x.mean(dim=1)
-    xc = x - mu[:, None, :]
-    gram = centred_gram(xc)
+    n = x.shape[1]
+    mu, xc, gram = centre(x)
     m_max = _max_components(settings, n)
     if m_max == 0:
         return mu
-    if settings.explained_variance is not None:
-        evals, evecs = torch.linalg.eigh(gram)  # ascending
-        evals = evals.flip(-1).clamp_min(0.0)
-        top, vecs = evals[:, :m_max], evecs.flip(-1)[:, :, :m_max]
-    else:
+    if settings.explained_variance is None:
         top, vecs = top_eigenpairs(gram, m_max)
-        top = top.clamp_min(0.0)
-    keep = top > _RANK_TOL * top[:, :1].clamp_min(torch.finfo(x.dtype).tiny)
-    if settings.explained_variance is not None:
-        total = evals.sum(dim=1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
-        frac_before = (top.cumsum(dim=1) - top) / total
-        keep &= frac_before < settings.explained_variance
+        return prototype_from_pairs(mu, xc, top, vecs)
+    evals, evecs = torch.linalg.eigh(gram)  # ascending
+    evals = evals.flip(-1).clamp_min(0.0)
+    top, vecs = evals[:, :m_max], evecs.flip(-1)[:, :, :m_max]
+    total = evals.sum(dim=1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+    explained_before = (top.cumsum(dim=1) - top) / total < settings.explained_variance
+    return prototype_from_pairs(mu, xc, top, vecs, explained_before)
+
+
+def centre(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Client means ``(B, D)``, centred data ``(B, n, D)`` and Gram matrices ``(B, n, n)``."""
+    mu = x.mean(dim=1)
+    xc = x - mu[:, None, :]
+    return mu, xc, centred_gram(xc)
+
+
+def prototype_from_pairs(
+    mu: torch.Tensor,
+    xc: torch.Tensor,
+    top: torch.Tensor,
+    vecs: torch.Tensor,
+    also_keep: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Eq. 5 from the top eigenpairs ``(B, M)``, ``(B, n, M)`` of each client's Gram matrix.
+
+    Components below the rank tolerance (and outside ``also_keep``) get
+    weight 0. No host sync, so it can be captured in a CUDA graph.
+    """
+    top = top.clamp_min(0.0)
+    keep = top > _RANK_TOL * top[:, :1].clamp_min(torch.finfo(xc.dtype).tiny)
+    if also_keep is not None:
+        keep &= also_keep
     lam = torch.where(keep, top, torch.zeros_like(top))
     denom = lam.sum(dim=1, keepdim=True)
-    coef = torch.where(denom > 0, lam / denom.clamp_min(torch.finfo(x.dtype).tiny), 0.0)
+    coef = torch.where(denom > 0, lam / denom.clamp_min(torch.finfo(xc.dtype).tiny), 0.0)
     # s_j v_j = Xc^T u_j, as rows (B, M, D) so the sign search runs along memory.
     # Only the direction and sign of v_j are needed: 1/s_j and the sign join the
     # coefficient, and a component that is not kept has coefficient 0.
@@ -306,6 +359,9 @@ def one_cpu_thread(device: torch.device | str = "cpu") -> Iterator[None]:
                 _THREADS_SAVED.clear()
 
 
+log = logging.getLogger(__name__)
+# Client sizes whose CUDA graphs one embedder keeps (each holds a few MB of device memory).
+_MAX_GRAPHS = 4
 # Images per scattering call (see SpectralEmbedder's batch_size).
 _CPU_SCATTER_BATCH = 16
 _GPU_SCATTER_BATCH = 4096
@@ -355,6 +411,10 @@ class SpectralEmbedder:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
         self._op: Scattering2D | None = None
+        # Client sizes seen by embed() and the CUDA graphs built for repeated ones.
+        self._sizes_seen: set[int] = set()
+        self._graphs: OrderedDict[int, OneClientGraph] = OrderedDict()
+        self._graphs_failed = False
 
     @property
     def output_dim(self) -> int:
@@ -442,11 +502,54 @@ class SpectralEmbedder:
 
         On a CPU it runs on one torch thread: a 200-image client is too small
         to split, and OpenMP's barriers between two threads made it 4x slower
-        on a quiet 2-core machine (and 100x on a busy one).
+        on a quiet 2-core machine (and 100x on a busy one). On a GPU, a
+        client size that comes again replays captured CUDA graphs
+        (:mod:`ripple_flwr.one_client_graph`) instead of launching a few
+        hundred tiny kernels from Python.
         """
         with one_cpu_thread(self.device):
-            proto = self.prototype(images)
-            return self.scatter(proto[None])[0]
+            rows = canonical_row_order(self._check_client(images))
+            graph = self._graph_for(len(rows))
+            out = graph.embed(rows) if graph is not None else None
+            if out is not None:
+                return self._finite(out)
+            x = torch.from_numpy(rows)[None].to(self.device)
+            proto = batch_prototypes(x, self.prototype_settings)
+            return self.scatter(proto.reshape(1, *self.image_shape))[0]
+
+    def _graph_for(self, n: int) -> OneClientGraph | None:
+        """The CUDA graphs for clients of ``n`` images, built when that size comes again.
+
+        A size seen once runs eagerly: capturing costs more than one client,
+        so a process that embeds one client (a SuperNode) never pays for it.
+        """
+        settings = self.prototype_settings
+        if (
+            self.device.type != "cuda"
+            or self._graphs_failed
+            or settings.explained_variance is not None
+            or settings.svd_rank == 0
+            or not uses_subspace_iteration(n, min(settings.svd_rank, n - 1))
+        ):
+            return None
+        if n in self._graphs:
+            self._graphs.move_to_end(n)
+            return self._graphs[n]
+        if n not in self._sizes_seen:
+            self._sizes_seen.add(n)
+            return None
+        from ripple_flwr.one_client_graph import OneClientGraph  # builds on this module
+
+        try:
+            graph = OneClientGraph(self, n)
+        except RuntimeError as err:  # a driver or torch build that cannot capture these ops
+            log.warning("CUDA graph capture failed (%s); embedding one client eagerly", err)
+            self._graphs_failed = True
+            return None
+        self._graphs[n] = graph
+        if len(self._graphs) > _MAX_GRAPHS:
+            self._graphs.popitem(last=False)
+        return graph
 
     def embed_many(self, clients: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
         """Embeddings ``(B, P)`` of several clients, batched by client size."""
