@@ -22,6 +22,7 @@ step() {  # name, command...: time it, keep its output, never stop the script
     tail -n 5 "$OUT/$name.err"
 }
 step one_client python3 benchmarks/one_client.py --device cuda
+step tests_embedding python3 -m pytest -q -p no:cacheprovider tests/test_embedding.py
 step embedding python3 benchmarks/embedding.py --device cuda --parity --bank-clients 20000
 step pretrain /usr/bin/time -v python3 pretrain_vae.py --dataset mnist-5k --device cuda \
     --output /tmp/gpu/gmm.pt --cache-dir /tmp/gpu/cache --no-progress

@@ -99,17 +99,26 @@ def canonical_row_order(x: np.ndarray) -> np.ndarray:
 
 # Top-M eigenpairs by block subspace iteration when the client has at least this many
 # rows per block column; smaller Gram matrices go to a full eigen-decomposition.
-_BLOCK = 48
 _MIN_ROWS_PER_BLOCK = 2
-# Steps of the subspace iteration, each a product with G^2 followed by an
-# orthonormalisation. The error of the M-th eigenvector shrinks by
-# (lambda_{B+1}/lambda_M)^2 per step, below 0.1 for M=20 and a block of B=48 on
-# MNIST-like clients: 5 steps (10 powers of G) put the Ritz residuals at 1e-6 of
-# lambda_1 (measured on 256 mnist-5k and 256 3x32x32 clients: at most 1.4e-6, the
-# full decomposition's own float32 level). Squaring G once (one n^3 product) halves
-# the orthonormalisations, which are latency rather than work for one client; G^4
-# would lose the M-th direction to float32 rounding ((lambda_1/lambda_M)^4 ~ 1e4-1e6).
-_SUBSPACE_STEPS = 5
+# (block size, steps) of the subspace iteration per device type. Each step is a
+# product with G^2 followed by an orthonormalisation; the error of the M-th
+# eigenvector shrinks by (lambda_{b+1}/lambda_M)^2 per step. Measured on 256
+# mnist-5k and 256 3x32x32 clients (M=20), the largest Ritz residual is 1.4e-6 of
+# lambda_1 with (48, 5) and 1.9e-6 with (32, 10), the full decomposition's own
+# float32 level. A CPU takes the larger block: fewer orthonormalisations, which
+# are latency rather than work for one client (1.11 vs 1.25 ms). A GPU keeps 32:
+# cuSOLVER's batched Jacobi solver, one call for the whole batch's Rayleigh-Ritz
+# step, takes matrices up to 32 x 32. Squaring G once (one n^3 product) halves
+# the steps; G^4 would lose the M-th direction to float32 rounding
+# ((lambda_1/lambda_M)^4 ~ 1e4-1e6).
+_SUBSPACE_PLAN = {"cpu": (48, 5)}
+_SUBSPACE_PLAN_ACCELERATOR = (32, 10)
+
+
+def _subspace_plan(device: torch.device) -> tuple[int, int]:
+    return _SUBSPACE_PLAN.get(device.type, _SUBSPACE_PLAN_ACCELERATOR)
+
+
 # A Ritz pair whose residual ||G u - theta u|| exceeds this fraction of the largest
 # eigenvalue is not trusted: its client is recomputed with the full decomposition.
 _RESIDUAL_TOL = 1e-5
@@ -150,9 +159,10 @@ def _orthonormalise(y: torch.Tensor) -> torch.Tensor:
     )
 
 
-def uses_subspace_iteration(n: int, m: int) -> bool:
+def uses_subspace_iteration(n: int, m: int, device: torch.device) -> bool:
     """Whether the top ``m`` eigenpairs of ``n x n`` Gram matrices come from subspace iteration."""
-    return m + 8 <= _BLOCK and n >= _MIN_ROWS_PER_BLOCK * _BLOCK
+    block, _ = _subspace_plan(device)
+    return m + 8 <= block and n >= _MIN_ROWS_PER_BLOCK * block
 
 
 def ritz_basis(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,9 +173,10 @@ def ritz_basis(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     its eigenpairs, mapped back by :func:`ritz_pairs`, are G's top ones.
     """
     n = gram.shape[1]
+    block, steps = _subspace_plan(gram.device)
     gram2 = gram @ gram
-    q = _orthonormalise(gram2 @ _start_block(n, _BLOCK, gram))
-    for _ in range(_SUBSPACE_STEPS - 1):
+    q = _orthonormalise(gram2 @ _start_block(n, block, gram))
+    for _ in range(steps - 1):
         q = _orthonormalise(gram2 @ q)
     q = _orthonormalise(q)
     h = q.double().transpose(1, 2) @ (gram @ q).double()
@@ -194,9 +205,9 @@ def top_eigenpairs(gram: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tens
     """The m largest eigenpairs of symmetric PSD matrices ``(B, n, n)``, descending.
 
     Returns ``(B, m)`` eigenvalues and ``(B, n, m)`` eigenvectors. When a
-    block of 48 vectors is much smaller than n, block subspace iteration with
-    a final Rayleigh-Ritz step finds them with a few batched matrix products
-    and one 48 x 48 eigen-solve per client, instead of a full n x n
+    block of 32-48 vectors is much smaller than n, block subspace iteration
+    with a final Rayleigh-Ritz step finds them with a few batched matrix
+    products and one block x block eigen-solve per client, instead of a full n x n
     decomposition (which on a GPU is a sequential solver per matrix and on
     a CPU mostly the tridiagonalisation of eigenvectors nobody uses).
     Clients whose Ritz residuals are not at float32 level, and problems too
@@ -212,7 +223,7 @@ def top_eigenpairs(gram: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tens
         with one_cpu_thread(torch.device("cpu")):
             lam, u = top_eigenpairs(gram.cpu(), m)
         return lam.to(gram.device), u.to(gram.device)
-    if not uses_subspace_iteration(n, m) or b == 0:
+    if not uses_subspace_iteration(n, m, gram.device) or b == 0:
         evals, evecs = torch.linalg.eigh(gram)
         return evals.flip(-1)[:, :m], evecs.flip(-1)[:, :, :m]
     q, h = ritz_basis(gram)
@@ -529,7 +540,7 @@ class SpectralEmbedder:
             or self._graphs_failed
             or settings.explained_variance is not None
             or settings.svd_rank == 0
-            or not uses_subspace_iteration(n, min(settings.svd_rank, n - 1))
+            or not uses_subspace_iteration(n, min(settings.svd_rank, n - 1), self.device)
         ):
             return None
         if n in self._graphs:

@@ -6,7 +6,7 @@ one from Python, the GPU idles between them and a client costs several
 milliseconds whatever the GPU. Captured once per client size and replayed,
 they cost their execution time. The one step that cannot be captured is
 the small Rayleigh-Ritz eigen-solve (torch checks its result on the host):
-it runs on the host between the two graphs, on a 48 x 48 float64 matrix.
+it runs on the host between the two graphs, on a 32 x 32 float64 matrix.
 
 The graphs run exactly :func:`ripple_flwr.embedding.ritz_basis`,
 :func:`~ripple_flwr.embedding.ritz_pairs`,

@@ -204,3 +204,32 @@ def test_embedding_bits_do_not_depend_on_batch_size_or_scattering_chunk():
     assert np.array_equal(whole, chunked)
     assert np.array_equal(whole, small)
     assert np.array_equal(whole, emb.embed_batch(clients))  # and run to run
+
+
+def test_one_client_graph_needs_cuda_and_cpu_embed_never_builds_one():
+    from ripple_flwr.one_client_graph import OneClientGraph
+
+    emb = SpectralEmbedder((1, 28, 28), device="cpu")
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA embedder"):
+        OneClientGraph(emb, 200)
+    clients = _mnist_clients(2, seed=5)
+    for c in (clients[0], clients[0], clients[1]):
+        emb.embed(c.reshape(-1, 1, 28, 28))
+    assert emb._graph_for(200) is None and not emb._graphs
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_one_client_graph_replays_the_eager_gpu_path():
+    clients = [c.reshape(-1, 1, 28, 28) for c in _mnist_clients(3, seed=6)]
+    emb = SpectralEmbedder((1, 28, 28), device="cuda")
+    eager = SpectralEmbedder((1, 28, 28), device="cuda")
+    eager._graphs_failed = True
+    first = emb.embed(clients[0])  # a new size runs eagerly
+    assert not emb._graphs
+    for c in clients:
+        got = emb.embed(c)
+        want = eager.embed(c)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
+    assert 200 in emb._graphs and not emb._graphs_failed
+    assert np.array_equal(emb.embed(clients[0]), emb.embed(clients[0]))  # replay to replay
+    np.testing.assert_allclose(emb.embed(clients[0]), first, rtol=1e-5, atol=1e-5)
