@@ -9,7 +9,8 @@ For 1x28x28 and 3x32x32 clients of 200 images (as in ``embedding.py``):
 - ``eager_ms``: the eager path (graphs off), and ``eager_stages_ms``: its
   stages timed with device synchronisation: validation and canonical row
   order, host-to-device copy, centring and Gram matrix, top eigenpairs,
-  the rest of the prototype, scattering, device-to-host copy.
+  the rest of the prototype, scattering, device-to-host copy; on a GPU,
+  ``graph_stages_ms``: the steps of a graph replay.
 - on a GPU, ``eigen_on_device_ms`` (the subspace iteration and its
   eigen-solve left on the GPU) beside the host solve the eager path uses,
   ``host_embed_ms`` (the same client on this machine's CPU, one thread),
@@ -88,6 +89,34 @@ def eager_stages(emb: E.SpectralEmbedder, clients: list[np.ndarray]) -> dict[str
     return {name: float(v) for name, v in zip(names, med, strict=True)}
 
 
+def graph_stages(emb: E.SpectralEmbedder, clients: list[np.ndarray]) -> dict[str, float]:
+    """Median ms of each step of a CUDA-graph replay (the steps of ``OneClientGraph.embed``)."""
+    graph = emb._graphs[200]
+    dev = emb.device
+    rows_ms: list[list[float]] = []
+    for images in clients:
+        t = [time.perf_counter()]
+        flat = np.ascontiguousarray(emb._check_client(images))
+        order = E.canonical_order(flat)
+        t.append(time.perf_counter())
+        np.take(flat, order, axis=0, out=graph._host_x.numpy())
+        graph._x.copy_(graph._host_x[None], non_blocking=True)
+        graph._graph_a.replay()
+        graph._host_h.copy_(graph._h)
+        t.append(time.perf_counter())
+        graph._solve_on_host(graph._host_h)
+        _sync(dev)
+        t.append(time.perf_counter())
+        graph._graph_b.replay()
+        bool(graph._bad)
+        graph._out.cpu().numpy()
+        t.append(time.perf_counter())
+        rows_ms.append([1000 * (b - a) for a, b in zip(t, t[1:], strict=False)])
+    names = ("check_and_order", "copy_in_and_graph_a", "host_eigen_solve", "graph_b_and_copy_out")
+    med = np.median(np.array(rows_ms), axis=0)
+    return {name: float(v) for name, v in zip(names, med, strict=True)}
+
+
 def eigen_on_device_ms(emb: E.SpectralEmbedder, clients: list[np.ndarray]) -> float:
     """The top eigenpairs of one client left entirely on the GPU (no host solve)."""
     saved = E._HOST_EIGEN_MAX_CLIENTS
@@ -119,6 +148,8 @@ def one_shape(shape: tuple[int, int, int], images: np.ndarray, args, seed: int) 
     )
     out["embed_ms"] = _median_ms(emb.embed, clients, dev)
     out["graphs_used"] = bool(emb._graphs)
+    if emb._graphs:
+        out["graph_stages_ms"] = graph_stages(emb, clients)
     replay = emb.embed(clients[0])
     eager = E.SpectralEmbedder(shape, device=str(dev))
     eager._graphs_failed = True  # the eager path only

@@ -90,11 +90,16 @@ class PrototypeSettings:
             raise ValueError(f"svd-rank must be >= 0, got {self.svd_rank}")
 
 
+def canonical_order(x: np.ndarray) -> np.ndarray:
+    """Row indices of ``x`` (contiguous, 2-D) sorted by the rows' bytes."""
+    keys = x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[1]))).ravel()
+    return np.argsort(keys, kind="stable")
+
+
 def canonical_row_order(x: np.ndarray) -> np.ndarray:
     """Sort rows by their bytes, so the prototype is bit-identical for any row order."""
     x = np.ascontiguousarray(x)
-    keys = x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[1]))).ravel()
-    return x[np.argsort(keys, kind="stable")]
+    return x[canonical_order(x)]
 
 
 # Top-M eigenpairs by block subspace iteration when the client has at least this many
@@ -138,19 +143,18 @@ def _start_block_cached(n: int, k: int, device: torch.device, dtype: torch.dtype
     return torch.randn(n, k, generator=gen, dtype=torch.float64).to(device, dtype)
 
 
-def _orthonormalise(y: torch.Tensor) -> torch.Tensor:
-    """A basis of the columns of ``y`` ``(B, n, k)``, orthonormal to about eps * cond(y)^2.
+def _orthonormalise(y: torch.Tensor, precise: bool) -> torch.Tensor:
+    """A basis of the columns of ``y`` ``(B, n, k)`` (orthonormal to about eps * cond(y)).
 
-    Shifted Cholesky QR: the k x k Gram matrix is formed with one batched
-    product in ``y``'s precision, factored in float64 (a shift of 1e-12 of
-    its trace keeps rank-deficient clients finite), and ``y`` is solved
-    against the factor. Between steps cond(y) is (lambda_1 / lambda_B)^2
-    (~1e3): the float32 Gram matrix then loses orthogonality, not the
-    subspace, which is all the next step needs; applied twice to a basis it
-    is orthonormal to rounding. Six batched calls per step, no per-client
-    work and no host sync.
+    Shifted Cholesky QR: the k x k Gram matrix of ``y`` (formed in float64
+    when ``precise``, else in ``y``'s precision), factored in float64 with a
+    shift of 1e-12 of its trace (keeps rank-deficient clients finite), and
+    ``y`` solved against the factor in its own precision. Between steps
+    cond(y) is about (lambda_1 / lambda_b)^2: the float32 solve then loses
+    orthogonality, not the subspace, which is all the next step needs;
+    applied twice to a basis it is orthonormal to rounding. No host sync.
     """
-    c = (y.transpose(1, 2) @ y).double()
+    c = y.double().transpose(1, 2) @ y.double() if precise else (y.transpose(1, 2) @ y).double()
     diag = c.diagonal(dim1=1, dim2=2)
     diag.add_(1e-12 * diag.sum(-1, keepdim=True) + torch.finfo(torch.float64).tiny)
     chol, _ = torch.linalg.cholesky_ex(c)
@@ -174,13 +178,24 @@ def ritz_basis(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """
     n = gram.shape[1]
     block, steps = _subspace_plan(gram.device)
+    # A float32 Gram matrix of G^2 Q is indefinite for some clients (its Cholesky factor
+    # NaN on a GPU): 54 of 512 synthetic mnist-5k clients at the first step from the
+    # random start, none later. The first step forms it in float64, and every step
+    # does on a GPU, where float64 costs little.
+    precise = gram.device.type != "cpu"
     gram2 = gram @ gram
-    q = _orthonormalise(gram2 @ _start_block(n, block, gram))
+    q = _orthonormalise(gram2 @ _start_block(n, block, gram), precise=True)
     for _ in range(steps - 1):
-        q = _orthonormalise(gram2 @ q)
-    q = _orthonormalise(q)
+        q = _orthonormalise(gram2 @ q, precise)
+    q = _orthonormalise(q, precise)
     h = q.double().transpose(1, 2) @ (gram @ q).double()
-    return q, 0.5 * (h + h.transpose(1, 2))
+    h = 0.5 * (h + h.transpose(1, 2))
+    # A client whose iteration broke down (non-finite H) gets the identity here, so the
+    # batch's eigen-solve still runs (a GPU's batched solver fails the whole batch on
+    # one bad matrix); ritz_pairs flags it for the exact decomposition.
+    finite = torch.isfinite(h).all(dim=2).all(dim=1)
+    eye = torch.eye(h.shape[-1], dtype=h.dtype, device=h.device)
+    return q, torch.where(finite[:, None, None], h, eye)
 
 
 def ritz_pairs(
@@ -198,7 +213,9 @@ def ritz_pairs(
     resid = torch.linalg.vector_norm(gram @ u - u * lam[:, None, :], dim=1)
     top = lam[:, :1].abs().clamp_min(torch.finfo(gram.dtype).tiny)
     kept = lam > _RANK_TOL * top
-    return lam, u, ((resid > _RESIDUAL_TOL * top) & kept).any(dim=1)
+    # NaN residuals compare False: a broken client is caught by its non-finite basis.
+    broken = ~torch.isfinite(u).all(dim=2).all(dim=1)
+    return lam, u, ((resid > _RESIDUAL_TOL * top) & kept).any(dim=1) | broken
 
 
 def top_eigenpairs(gram: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -519,12 +536,13 @@ class SpectralEmbedder:
         hundred tiny kernels from Python.
         """
         with one_cpu_thread(self.device):
-            rows = canonical_row_order(self._check_client(images))
-            graph = self._graph_for(len(rows))
-            out = graph.embed(rows) if graph is not None else None
+            flat = np.ascontiguousarray(self._check_client(images))
+            graph = self._graph_for(len(flat))
+            # The graph copies the rows in canonical order straight into its input buffer.
+            out = graph.embed(flat, canonical_order(flat)) if graph is not None else None
             if out is not None:
                 return self._finite(out)
-            x = torch.from_numpy(rows)[None].to(self.device)
+            x = torch.from_numpy(canonical_row_order(flat))[None].to(self.device)
             proto = batch_prototypes(x, self.prototype_settings)
             return self.scatter(proto.reshape(1, *self.image_shape))[0]
 

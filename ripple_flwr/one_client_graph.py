@@ -36,7 +36,7 @@ class OneClientGraph:
     """Replays one client of ``n`` images through captured graphs on ``embedder.device``.
 
     Build it once per client size (capture takes tens of milliseconds);
-    :meth:`embed` then takes the canonically ordered ``(n, D)`` float32 rows.
+    :meth:`embed` then takes the ``(n, D)`` float32 rows and their canonical order.
     """
 
     def __init__(self, embedder: SpectralEmbedder, n: int) -> None:
@@ -89,9 +89,9 @@ class OneClientGraph:
         self._theta.copy_(theta, non_blocking=True)
         self._w.copy_(w, non_blocking=True)
 
-    def embed(self, rows: np.ndarray) -> np.ndarray | None:
-        """The embedding ``(P,)`` of one client's rows, or None if its Ritz pairs failed."""
-        np.copyto(self._host_x.numpy(), rows)
+    def embed(self, rows: np.ndarray, order: np.ndarray) -> np.ndarray | None:
+        """The embedding ``(P,)`` of ``rows[order]`` (n x D), or None if its Ritz pairs failed."""
+        np.take(rows, order, axis=0, out=self._host_x.numpy())
         self._x.copy_(self._host_x[None], non_blocking=True)
         self._graph_a.replay()
         self._host_h.copy_(self._h)  # waits for the first graph
