@@ -105,31 +105,33 @@ def canonical_row_order(x: np.ndarray) -> np.ndarray:
 # Top-M eigenpairs by block subspace iteration when the client has at least this many
 # rows per block column; smaller Gram matrices go to a full eigen-decomposition.
 _MIN_ROWS_PER_BLOCK = 2
-# (block size, steps) of the subspace iteration per device type. Each step is a
-# product with G^2 followed by an orthonormalisation; the error of the M-th
-# eigenvector shrinks by (lambda_{b+1}/lambda_M)^2 per step. Measured on 256
-# mnist-5k and 256 3x32x32 clients (M=20), the largest Ritz residual is 1.4e-6 of
-# lambda_1 with (48, 5) and 1.9e-6 with (32, 10), the full decomposition's own
-# float32 level. A CPU takes the larger block: fewer orthonormalisations, which
-# are latency rather than work for one client (1.11 vs 1.25 ms). A GPU keeps 32:
-# cuSOLVER's batched Jacobi solver, one call for the whole batch's Rayleigh-Ritz
-# step, takes matrices up to 32 x 32. Squaring G once (one n^3 product) halves
-# the steps; G^4 would lose the M-th direction to float32 rounding
+# (block size, steps) of the subspace iteration. Each step is a product with G^2
+# followed by an orthonormalisation; the error of the M-th eigenvector shrinks by
+# (lambda_{b+1}/lambda_M)^2 per step. Measured on 256 mnist-5k and 256 3x32x32
+# clients (M=20), the largest Ritz residual is 1.4e-6 of lambda_1 with (48, 5) and
+# 1.9e-6 with (32, 10), the full decomposition's own float32 level. The larger block
+# needs fewer orthonormalisations, which are latency rather than work for one client
+# (1.11 vs 1.25 ms on a CPU core; half the kernels of a CUDA graph), and is used
+# wherever the b x b Rayleigh-Ritz solve runs on a CPU (LAPACK takes any size). A
+# batch on a GPU keeps 32: cuSOLVER's batched Jacobi solver, one call for the whole
+# batch, takes matrices up to 32 x 32. Squaring G once (one n^3 product) halves the
+# steps; G^4 would lose the M-th direction to float32 rounding
 # ((lambda_1/lambda_M)^4 ~ 1e4-1e6).
-_SUBSPACE_PLAN = {"cpu": (48, 5)}
-_SUBSPACE_PLAN_ACCELERATOR = (32, 10)
-
-
-def _subspace_plan(device: torch.device) -> tuple[int, int]:
-    return _SUBSPACE_PLAN.get(device.type, _SUBSPACE_PLAN_ACCELERATOR)
+HOST_SOLVE_PLAN = (48, 5)
+BATCHED_GPU_PLAN = (32, 10)
 
 
 # A Ritz pair whose residual ||G u - theta u|| exceeds this fraction of the largest
 # eigenvalue is not trusted: its client is recomputed with the full decomposition.
 _RESIDUAL_TOL = 1e-5
 # Batches of at most this many clients on a GPU solve their (tiny) eigenproblems on the
-# host: a GPU batch costs the same ~8 ms of launch latency for 1 client as for 1,000.
+# host when run eagerly: ~100 small solver launches cost the same for 1 client as for 1,000.
 _HOST_EIGEN_MAX_CLIENTS = 4
+
+
+def subspace_plan(device: torch.device) -> tuple[int, int]:
+    """(block size, steps) for Gram matrices on ``device`` solved there."""
+    return HOST_SOLVE_PLAN if device.type == "cpu" else BATCHED_GPU_PLAN
 
 
 def _start_block(n: int, k: int, like: torch.Tensor) -> torch.Tensor:
@@ -163,21 +165,24 @@ def _orthonormalise(y: torch.Tensor, precise: bool) -> torch.Tensor:
     )
 
 
-def uses_subspace_iteration(n: int, m: int, device: torch.device) -> bool:
+def uses_subspace_iteration(n: int, m: int, plan: tuple[int, int]) -> bool:
     """Whether the top ``m`` eigenpairs of ``n x n`` Gram matrices come from subspace iteration."""
-    block, _ = _subspace_plan(device)
+    block, _ = plan
     return m + 8 <= block and n >= _MIN_ROWS_PER_BLOCK * block
 
 
-def ritz_basis(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def ritz_basis(
+    gram: torch.Tensor, plan: tuple[int, int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Subspace iteration for ``(B, n, n)`` Gram matrices, on their device without a host sync.
 
-    Returns the orthonormal basis Q ``(B, n, b)`` of the block and the
+    ``plan`` is (block size, steps), by default :func:`subspace_plan` of the
+    device. Returns the orthonormal basis Q ``(B, n, b)`` of the block and the
     Rayleigh quotient H = Q^T G Q ``(B, b, b)`` in float64, symmetrised:
     its eigenpairs, mapped back by :func:`ritz_pairs`, are G's top ones.
     """
     n = gram.shape[1]
-    block, steps = _subspace_plan(gram.device)
+    block, steps = plan or subspace_plan(gram.device)
     # A float32 Gram matrix of G^2 Q is indefinite for some clients (its Cholesky factor
     # NaN on a GPU): 54 of 512 synthetic mnist-5k clients at the first step from the
     # random start, none later. The first step forms it in float64, and every step
@@ -240,7 +245,7 @@ def top_eigenpairs(gram: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tens
         with one_cpu_thread(torch.device("cpu")):
             lam, u = top_eigenpairs(gram.cpu(), m)
         return lam.to(gram.device), u.to(gram.device)
-    if not uses_subspace_iteration(n, m, gram.device) or b == 0:
+    if not uses_subspace_iteration(n, m, subspace_plan(gram.device)) or b == 0:
         evals, evecs = torch.linalg.eigh(gram)
         return evals.flip(-1)[:, :m], evecs.flip(-1)[:, :, :m]
     q, h = ritz_basis(gram)
@@ -558,7 +563,7 @@ class SpectralEmbedder:
             or self._graphs_failed
             or settings.explained_variance is not None
             or settings.svd_rank == 0
-            or not uses_subspace_iteration(n, min(settings.svd_rank, n - 1), self.device)
+            or not uses_subspace_iteration(n, min(settings.svd_rank, n - 1), HOST_SOLVE_PLAN)
         ):
             return None
         if n in self._graphs:

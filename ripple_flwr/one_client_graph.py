@@ -6,7 +6,9 @@ one from Python, the GPU idles between them and a client costs several
 milliseconds whatever the GPU. Captured once per client size and replayed,
 they cost their execution time. The one step that cannot be captured is
 the small Rayleigh-Ritz eigen-solve (torch checks its result on the host):
-it runs on the host between the two graphs, on a 32 x 32 float64 matrix.
+it runs on the host between the two graphs, on a 48 x 48 float64 matrix
+(the block of :data:`~ripple_flwr.embedding.HOST_SOLVE_PLAN`: half the
+orthonormalisations of the GPU batch's 32 x 10).
 
 The graphs run exactly :func:`ripple_flwr.embedding.ritz_basis`,
 :func:`~ripple_flwr.embedding.ritz_pairs`,
@@ -23,7 +25,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ripple_flwr.embedding import centre, prototype_from_pairs, ritz_basis, ritz_pairs
+from ripple_flwr.embedding import (
+    HOST_SOLVE_PLAN,
+    centre,
+    prototype_from_pairs,
+    ritz_basis,
+    ritz_pairs,
+)
 
 if TYPE_CHECKING:
     from ripple_flwr.embedding import SpectralEmbedder
@@ -73,7 +81,7 @@ class OneClientGraph:
 
     def _stage_a(self) -> tuple[torch.Tensor, ...]:
         mu, xc, gram = centre(self._x)
-        q, h = ritz_basis(gram)
+        q, h = ritz_basis(gram, HOST_SOLVE_PLAN)  # the solve is on the host: any block size
         return mu, xc, gram, q, h
 
     def _stage_b(
