@@ -96,11 +96,13 @@ def graph_stages(emb: E.SpectralEmbedder, clients: list[np.ndarray]) -> dict[str
     rows_ms: list[list[float]] = []
     for images in clients:
         t = [time.perf_counter()]
-        flat = np.ascontiguousarray(emb._check_client(images))
+        flat = np.ascontiguousarray(emb._check_client(images, finite=False))
         order = E.canonical_order(flat)
         t.append(time.perf_counter())
-        np.take(flat, order, axis=0, out=graph._host_x.numpy())
-        graph._x.copy_(graph._host_x[None], non_blocking=True)
+        np.copyto(graph._host_x.numpy(), flat)
+        graph._host_order.numpy()[:] = order
+        graph._raw.copy_(graph._host_x[None], non_blocking=True)
+        graph._order.copy_(graph._host_order, non_blocking=True)
         graph._graph_a.replay()
         graph._host_h.copy_(graph._h)
         t.append(time.perf_counter())
@@ -187,6 +189,18 @@ def main() -> None:
     enter_leave()
     cpu = torch.device("cpu")
     line["one_cpu_thread_us"] = 1000 * _median_ms(lambda _: enter_leave(), [None] * 200, cpu)
+    h = torch.randn(1, 48, 48, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    h = h @ h.transpose(1, 2)
+
+    def one_thread_eigh() -> None:
+        with E.one_cpu_thread("cpu"):
+            torch.linalg.eigh(h)
+
+    line["host_eigh_48_us"] = {
+        "torch": 1000 * _median_ms(lambda _: torch.linalg.eigh(h), [None] * 200, cpu),
+        "torch_one_thread": 1000 * _median_ms(lambda _: one_thread_eigh(), [None] * 200, cpu),
+        "numpy": 1000 * _median_ms(lambda _: np.linalg.eigh(h.numpy()), [None] * 200, cpu),
+    }
     line["1x28x28"] = one_shape((1, 28, 28), mnist.images, args, 1)
     line["3x32x32"] = one_shape((3, 32, 32), colour_digits(mnist.images), args, 2)
     print(json.dumps(line))

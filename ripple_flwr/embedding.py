@@ -459,7 +459,9 @@ class SpectralEmbedder:
         return c * h * w
 
     # -- validation -----------------------------------------------------------------
-    def _check_client(self, images: np.ndarray, where: str = "client") -> np.ndarray:
+    def _check_client(
+        self, images: np.ndarray, where: str = "client", finite: bool = True
+    ) -> np.ndarray:
         images = np.asarray(images)
         if images.ndim == 3 and self.image_shape[0] == 1:
             images = images[:, None]
@@ -478,9 +480,15 @@ class SpectralEmbedder:
                 f"{where}: images must be floats in [0, 1], got dtype {images.dtype}; "
                 "divide uint8 pixels by 255"
             )
-        if not np.all(np.isfinite(images)):
+        flat = images.reshape(len(images), -1).astype(np.float32, copy=False)
+        if finite:
+            self._check_finite(flat, where)
+        return flat
+
+    @staticmethod
+    def _check_finite(flat: np.ndarray, where: str = "client") -> None:
+        if not np.all(np.isfinite(flat)):
             raise ValueError(f"{where}: images contain NaN or Inf")
-        return images.reshape(len(images), -1).astype(np.float32, copy=False)
 
     # -- prototypes -------------------------------------------------------------------
     def prototype(self, images: np.ndarray) -> np.ndarray:
@@ -541,12 +549,14 @@ class SpectralEmbedder:
         hundred tiny kernels from Python.
         """
         with one_cpu_thread(self.device):
-            flat = np.ascontiguousarray(self._check_client(images))
+            flat = np.ascontiguousarray(self._check_client(images, finite=False))
             graph = self._graph_for(len(flat))
-            # The graph copies the rows in canonical order straight into its input buffer.
+            # A replay takes the rows and their canonical order as they are: one pass over
+            # the rows on the host. Non-finite rows fail its Ritz test and land below.
             out = graph.embed(flat, canonical_order(flat)) if graph is not None else None
             if out is not None:
                 return self._finite(out)
+            self._check_finite(flat)
             x = torch.from_numpy(canonical_row_order(flat))[None].to(self.device)
             proto = batch_prototypes(x, self.prototype_settings)
             return self.scatter(proto.reshape(1, *self.image_shape))[0]

@@ -55,8 +55,11 @@ class OneClientGraph:
         self.m = embedder.prototype_settings.svd_rank
         self._embedder = embedder
         d = embedder.input_dim
+        # Rows go in as given and are put in canonical order on the device (one host pass).
         self._host_x = torch.empty((n, d), dtype=torch.float32, pin_memory=True)
-        self._x = torch.rand((1, n, d), generator=torch.Generator().manual_seed(n)).to(dev)
+        self._host_order = torch.empty(n, dtype=torch.int64, pin_memory=True)
+        self._raw = torch.rand((1, n, d), generator=torch.Generator().manual_seed(n)).to(dev)
+        self._order = torch.arange(n, device=dev)
         # Shapes of the eigen-solve's results, from one eager run of the first stage.
         _, _, _, _, h = self._stage_a()
         self._host_h = torch.empty(h.shape, dtype=h.dtype, pin_memory=True)
@@ -80,7 +83,7 @@ class OneClientGraph:
         torch.cuda.synchronize(dev)
 
     def _stage_a(self) -> tuple[torch.Tensor, ...]:
-        mu, xc, gram = centre(self._x)
+        mu, xc, gram = centre(self._raw.index_select(1, self._order))
         q, h = ritz_basis(gram, HOST_SOLVE_PLAN)  # the solve is on the host: any block size
         return mu, xc, gram, q, h
 
@@ -98,9 +101,15 @@ class OneClientGraph:
         self._w.copy_(w, non_blocking=True)
 
     def embed(self, rows: np.ndarray, order: np.ndarray) -> np.ndarray | None:
-        """The embedding ``(P,)`` of ``rows[order]`` (n x D), or None if its Ritz pairs failed."""
-        np.take(rows, order, axis=0, out=self._host_x.numpy())
-        self._x.copy_(self._host_x[None], non_blocking=True)
+        """The embedding ``(P,)`` of ``rows[order]`` (n x D), or None if its Ritz pairs failed.
+
+        Non-finite rows make the Ritz pairs fail (None), so the caller's own
+        checks, skipped before a replay, still refuse them.
+        """
+        np.copyto(self._host_x.numpy(), rows)
+        self._host_order.numpy()[:] = order
+        self._raw.copy_(self._host_x[None], non_blocking=True)
+        self._order.copy_(self._host_order, non_blocking=True)
         self._graph_a.replay()
         self._host_h.copy_(self._h)  # waits for the first graph
         self._solve_on_host(self._host_h)

@@ -233,3 +233,7 @@ def test_one_client_graph_replays_the_eager_gpu_path():
     assert 200 in emb._graphs and not emb._graphs_failed
     assert np.array_equal(emb.embed(clients[0]), emb.embed(clients[0]))  # replay to replay
     np.testing.assert_allclose(emb.embed(clients[0]), first, rtol=1e-5, atol=1e-5)
+    broken = clients[1].copy()
+    broken[7, 0, 3, 3] = np.nan  # skips the host check before a replay, refused after it
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        emb.embed(broken)
