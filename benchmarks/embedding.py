@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from ripple_flwr.data import load_dataset, server_aux_split
-from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder, top_eigenpairs
+from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
+from ripple_flwr.subspace import top_eigenpairs
 from ripple_flwr.synthetic import BankSettings, build_bank
 
 

@@ -36,8 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from embedding import colour_digits  # noqa: E402
 
-from ripple_flwr import embedding as E  # noqa: E402
+from ripple_flwr import prototype as P  # noqa: E402
+from ripple_flwr import subspace  # noqa: E402
 from ripple_flwr.data import load_dataset  # noqa: E402
+from ripple_flwr.embedding import SpectralEmbedder  # noqa: E402
+from ripple_flwr.threads import one_cpu_thread  # noqa: E402
 
 
 def _sync(dev: torch.device) -> None:
@@ -56,13 +59,13 @@ def _median_ms(fn, clients: list[np.ndarray], dev: torch.device) -> float:
     return 1000 * float(np.median(times))
 
 
-def eager_stages(emb: E.SpectralEmbedder, clients: list[np.ndarray]) -> dict[str, float]:
+def eager_stages(emb: SpectralEmbedder, clients: list[np.ndarray]) -> dict[str, float]:
     """Median ms of each stage of the eager single-client path."""
     dev, m = emb.device, emb.prototype_settings.svd_rank
     names = ("rows", "to_device", "centre_gram", "top_eigenpairs", "prototype_rest", "scatter")
     names += ("to_host",)
     rows_ms: list[list[float]] = []
-    with E.one_cpu_thread(dev):
+    with one_cpu_thread(dev):
         for images in clients:
             marks = [time.perf_counter()]
 
@@ -70,15 +73,15 @@ def eager_stages(emb: E.SpectralEmbedder, clients: list[np.ndarray]) -> dict[str
                 _sync(dev)
                 marks.append(time.perf_counter())
 
-            rows = E.canonical_row_order(emb._check_client(images))
+            rows = P.canonical_row_order(emb._check_client(images))
             mark()
             x = torch.from_numpy(rows)[None].to(dev)
             mark()
-            mu, xc, gram = E.centre(x)
+            mu, xc, gram = P.centre(x)
             mark()
-            top, vecs = E.top_eigenpairs(gram, m)
+            top, vecs = subspace.top_eigenpairs(gram, m)
             mark()
-            proto = E.prototype_from_pairs(mu, xc, top, vecs)
+            proto = P.prototype_from_pairs(mu, xc, top, vecs)
             mark()
             out = emb.scatter_tensor(proto.reshape(1, *emb.image_shape))
             mark()
@@ -89,7 +92,7 @@ def eager_stages(emb: E.SpectralEmbedder, clients: list[np.ndarray]) -> dict[str
     return {name: float(v) for name, v in zip(names, med, strict=True)}
 
 
-def graph_stages(emb: E.SpectralEmbedder, clients: list[np.ndarray]) -> dict[str, float]:
+def graph_stages(emb: SpectralEmbedder, clients: list[np.ndarray]) -> dict[str, float]:
     """Median ms of each step of a CUDA-graph replay (the steps of ``OneClientGraph.embed``)."""
     graph = emb._graphs[200]
     dev = emb.device
@@ -97,7 +100,7 @@ def graph_stages(emb: E.SpectralEmbedder, clients: list[np.ndarray]) -> dict[str
     for images in clients:
         t = [time.perf_counter()]
         flat = np.ascontiguousarray(emb._check_client(images, finite=False))
-        order = E.canonical_order(flat)
+        order = P.canonical_order(flat)
         t.append(time.perf_counter())
         np.copyto(graph._host_x.numpy(), flat)
         graph._host_order.numpy()[:] = order
@@ -119,17 +122,17 @@ def graph_stages(emb: E.SpectralEmbedder, clients: list[np.ndarray]) -> dict[str
     return {name: float(v) for name, v in zip(names, med, strict=True)}
 
 
-def eigen_on_device_ms(emb: E.SpectralEmbedder, clients: list[np.ndarray]) -> float:
+def eigen_on_device_ms(emb: SpectralEmbedder, clients: list[np.ndarray]) -> float:
     """The top eigenpairs of one client left entirely on the GPU (no host solve)."""
-    saved = E._HOST_EIGEN_MAX_CLIENTS
-    E._HOST_EIGEN_MAX_CLIENTS = 0
+    saved = subspace._HOST_EIGEN_MAX_CLIENTS
+    subspace._HOST_EIGEN_MAX_CLIENTS = 0
     try:
-        rows = [E.canonical_row_order(emb._check_client(c)) for c in clients]
-        grams = [E.centre(torch.from_numpy(r)[None].to(emb.device))[2] for r in rows]
+        rows = [P.canonical_row_order(emb._check_client(c)) for c in clients]
+        grams = [P.centre(torch.from_numpy(r)[None].to(emb.device))[2] for r in rows]
         it = iter(grams)
-        return _median_ms(lambda _: E.top_eigenpairs(next(it), 20), clients, emb.device)
+        return _median_ms(lambda _: subspace.top_eigenpairs(next(it), 20), clients, emb.device)
     finally:
-        E._HOST_EIGEN_MAX_CLIENTS = saved
+        subspace._HOST_EIGEN_MAX_CLIENTS = saved
 
 
 def one_shape(shape: tuple[int, int, int], images: np.ndarray, args, seed: int) -> dict:
@@ -137,7 +140,7 @@ def one_shape(shape: tuple[int, int, int], images: np.ndarray, args, seed: int) 
     clients = [images[rng.choice(len(images), 200, replace=False)] for _ in range(args.repeats)]
     dev = torch.device(args.device)
     out: dict = {}
-    emb = E.SpectralEmbedder(shape, device=str(dev))
+    emb = SpectralEmbedder(shape, device=str(dev))
     t = time.perf_counter()
     first = emb.embed(clients[0])
     _sync(dev)
@@ -153,7 +156,7 @@ def one_shape(shape: tuple[int, int, int], images: np.ndarray, args, seed: int) 
     if emb._graphs:
         out["graph_stages_ms"] = graph_stages(emb, clients)
     replay = emb.embed(clients[0])
-    eager = E.SpectralEmbedder(shape, device=str(dev))
+    eager = SpectralEmbedder(shape, device=str(dev))
     eager._graphs_failed = True  # the eager path only
     eager.embed(clients[0])
     out["eager_ms"] = _median_ms(eager.embed, clients, dev)
@@ -161,7 +164,7 @@ def one_shape(shape: tuple[int, int, int], images: np.ndarray, args, seed: int) 
     if dev.type == "cuda":
         out["graph_vs_eager_rel"] = float(np.abs(replay - first).max() / np.abs(first).max())
         out["eigen_on_device_ms"] = eigen_on_device_ms(eager, clients)
-        host = E.SpectralEmbedder(shape, device="cpu")
+        host = SpectralEmbedder(shape, device="cpu")
         host.embed(clients[0])
         out["host_embed_ms"] = _median_ms(host.embed, clients, torch.device("cpu"))
     return out
@@ -183,7 +186,7 @@ def main() -> None:
     }
 
     def enter_leave() -> None:
-        with E.one_cpu_thread("cpu"):
+        with one_cpu_thread("cpu"):
             pass
 
     enter_leave()
@@ -193,7 +196,7 @@ def main() -> None:
     h = h @ h.transpose(1, 2)
 
     def one_thread_eigh() -> None:
-        with E.one_cpu_thread("cpu"):
+        with one_cpu_thread("cpu"):
             torch.linalg.eigh(h)
 
     line["host_eigh_48_us"] = {

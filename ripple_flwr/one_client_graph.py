@@ -25,13 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ripple_flwr.embedding import (
-    HOST_SOLVE_PLAN,
-    centre,
-    prototype_from_pairs,
-    ritz_basis,
-    ritz_pairs,
-)
+from ripple_flwr.prototype import centre, prototype_from_pairs
+from ripple_flwr.subspace import HOST_SOLVE_PLAN, ritz_basis, ritz_pairs
 
 if TYPE_CHECKING:
     from ripple_flwr.embedding import SpectralEmbedder

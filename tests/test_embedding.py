@@ -4,15 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from ripple_flwr.embedding import (
-    PrototypeSettings,
-    SpectralEmbedder,
-    batch_prototypes,
-    embedding_dim,
-    scattering_channels,
-    top_eigenpairs,
-)
+from ripple_flwr.embedding import SpectralEmbedder, embedding_dim, scattering_channels
+from ripple_flwr.prototype import PrototypeSettings, batch_prototypes
 from ripple_flwr.scattering import Scattering2D
+from ripple_flwr.subspace import top_eigenpairs
 
 
 def reference_prototype(x: np.ndarray, m: int) -> np.ndarray:

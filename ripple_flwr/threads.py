@@ -1,0 +1,50 @@
+"""Thread settings for small numerical work on a CPU."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from threadpoolctl import ThreadpoolController
+
+_THREADS_LOCK = threading.Lock()
+# [torch threads before the first holder, holders, the BLAS limiter to undo]
+_THREADS_SAVED: list = []
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_pools() -> ThreadpoolController:
+    """The BLAS thread pools loaded in this process (numpy's, scipy's), found once."""
+    return ThreadpoolController()
+
+
+@contextmanager
+def one_cpu_thread(device: torch.device | str = "cpu") -> Iterator[None]:
+    """One torch thread and one BLAS thread while inside (CPU only).
+
+    Small embedding work is latency: OpenMP barriers between threads cost
+    more than they save, and worker threads that each start their own BLAS
+    threads oversubscribe the cores. Holders nest and may be concurrent; the
+    last to leave restores the previous settings.
+    """
+    if torch.device(device).type != "cpu":
+        yield
+        return
+    with _THREADS_LOCK:
+        if not _THREADS_SAVED:
+            limiter = _blas_pools().limit(limits=1, user_api="blas")
+            _THREADS_SAVED[:] = [torch.get_num_threads(), 0, limiter]
+            torch.set_num_threads(1)
+        _THREADS_SAVED[1] += 1
+    try:
+        yield
+    finally:
+        with _THREADS_LOCK:
+            _THREADS_SAVED[1] -= 1
+            if _THREADS_SAVED[1] == 0:
+                torch.set_num_threads(_THREADS_SAVED[0])
+                _THREADS_SAVED[2].restore_original_limits()
+                _THREADS_SAVED.clear()
