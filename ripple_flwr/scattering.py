@@ -10,7 +10,7 @@ and output order, rearranged so that the work is a handful of large calls:
   periodise it by k in each axis) never forms the full-size product kymatio
   writes (k^2 times larger than the result; it and its periodisation were
   65% of the time on a CPU): for k <= 2 the k^2 aliases are summed as
-  complex-times-real products of strided views, and for larger k one
+  complex products of strided views, and for larger k one
   batched matrix product per (scale, resolution) pair maps the k^2 aliased
   input frequencies of each output frequency through the L filters.
 - **Low-pass + subsampling + unpadding** is linear in the real map |U|, so
@@ -33,8 +33,8 @@ from kymatio.scattering2d.utils import compute_padding
 def _aliasing_filters(psi: np.ndarray, k: int) -> torch.Tensor:
     """Filters ``(L, M, N)`` rearranged for :func:`_filter_periodise`, divided by k^2.
 
-    k = 1 and k = 2: ``(k*k, L, M/k, N/k)``, alias s of every output frequency
-    as one plane. k >= 4: ``(F, L, k*k)`` with F = (M/k)(N/k) output
+    k = 1 and k = 2: ``(k*k, L, M/k, N/k)`` complex, alias s of every output
+    frequency as one plane. k >= 4: ``(F, L, k*k)`` with F = (M/k)(N/k) output
     frequencies; column s of frequency f is the filter value at the s-th
     frequency that aliases onto f when subsampling by k.
     """
@@ -42,8 +42,10 @@ def _aliasing_filters(psi: np.ndarray, k: int) -> torch.Tensor:
     p = psi.reshape(n_filt, k, m // k, k, n // k)
     if k <= 2:
         p = p.transpose(1, 3, 0, 2, 4).reshape(k * k, n_filt, m // k, n // k)
-    else:
-        p = p.transpose(2, 4, 0, 1, 3).reshape(-1, n_filt, k * k)
+        # Stored complex (imaginary part 0): the product with a complex spectrum then
+        # skips torch's promotion copy of a real operand, with the same bits.
+        return torch.from_numpy(np.ascontiguousarray(p) / (k * k)).to(torch.complex64)
+    p = p.transpose(2, 4, 0, 1, 3).reshape(-1, n_filt, k * k)
     return torch.from_numpy(np.ascontiguousarray(p) / (k * k))
 
 
@@ -54,7 +56,7 @@ def _filter_periodise(u_hat: torch.Tensor, filt: torch.Tensor, k: int) -> torch.
     ``(B, X, L, M/k, N/k)``, with ``filt`` laid out by :func:`_aliasing_filters`.
     kymatio forms the full-size product and then sums its k^2 slabs; here
     the slabs are never formed. For k <= 2 the k^2 aliases are summed as
-    complex-times-real products of strided views, written straight into
+    complex products of strided views, written straight into
     the output layout. For larger k (16 or more aliases, few output
     frequencies) one batched product over (image, output frequency) pairs
     does it in one call. Each image's coefficients are computed by the same
