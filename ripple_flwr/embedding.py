@@ -30,7 +30,7 @@ from ripple_flwr.prototype import (
 )
 from ripple_flwr.scattering import Scattering2D
 from ripple_flwr.subspace import HOST_SOLVE_PLAN, uses_subspace_iteration
-from ripple_flwr.threads import one_cpu_thread
+from ripple_flwr.threads import map_on_cpu_threads, one_cpu_thread
 
 __all__ = ["PrototypeSettings", "SpectralEmbedder", "embedding_dim", "validate_scattering"]
 
@@ -68,6 +68,8 @@ def validate_scattering(image_shape: tuple[int, int, int], J: int, L: int) -> No
 log = logging.getLogger(__name__)
 # Client sizes whose CUDA graphs one embedder keeps (each holds a few MB of device memory).
 _MAX_GRAPHS = 4
+# Clients per batch on a CPU worker thread (embed_many): ~10 MB of images, near the cache.
+_CPU_BATCH_CLIENTS = 16
 # Images per scattering call (see SpectralEmbedder's batch_size).
 _CPU_SCATTER_BATCH = 16
 _GPU_SCATTER_BATCH = 4096
@@ -267,7 +269,12 @@ class SpectralEmbedder:
         return graph
 
     def embed_many(self, clients: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
-        """Embeddings ``(B, P)`` of several clients, batched by client size."""
+        """Embeddings ``(B, P)`` of several clients, batched by client size.
+
+        On a GPU each size is one batch; on a CPU, batches of 16 clients run on
+        worker threads (as the synthetic bank does). A client's embedding does
+        not depend on its batch, so the result is the same either way.
+        """
         if isinstance(clients, np.ndarray) and clients.ndim == 5:
             clients = list(clients)
         if len(clients) == 0:
@@ -276,16 +283,23 @@ class SpectralEmbedder:
             canonical_row_order(self._check_client(c, where=f"client {i}"))
             for i, c in enumerate(clients)
         ]
-        protos = torch.empty(
-            (len(flats), *self.image_shape), dtype=torch.float32, device=self.device
-        )
         by_size: dict[int, list[int]] = {}
         for i, f in enumerate(flats):
             by_size.setdefault(len(f), []).append(i)
-        for idx in by_size.values():
-            batch = torch.from_numpy(np.stack([flats[i] for i in idx]))
-            protos[torch.as_tensor(idx, device=self.device)] = self.prototypes(batch)
-        return self.scatter(protos)
+        step = _CPU_BATCH_CLIENTS if self.device.type == "cpu" else len(flats)
+        batches = [idx[s : s + step] for idx in by_size.values() for s in range(0, len(idx), step)]
+        out = np.empty((len(flats), self.output_dim), dtype=np.float32)
+
+        def work(idx: list[int]) -> None:
+            out[idx] = self.embed_batch(np.stack([flats[i] for i in idx]))
+
+        if self.device.type == "cpu":
+            for _ in map_on_cpu_threads(work, batches):
+                pass
+        else:
+            for idx in batches:
+                work(idx)
+        return out
 
     def embed_batch(self, clients: np.ndarray | torch.Tensor) -> np.ndarray:
         """Embeddings of equal-size clients ``(B, n, D)`` without canonical ordering.

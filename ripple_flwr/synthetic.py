@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,7 +22,8 @@ import numpy as np
 import torch
 
 from ripple_flwr.data.partition import largest_remainder_counts
-from ripple_flwr.embedding import SpectralEmbedder, one_cpu_thread
+from ripple_flwr.embedding import SpectralEmbedder
+from ripple_flwr.threads import map_on_cpu_threads
 
 log = logging.getLogger(__name__)
 
@@ -244,15 +244,8 @@ def _embed_on_cpu(
             means[lo : lo + len(clients)] = clients.mean(dim=1).numpy()
         return len(clients)
 
-    workers = workers or min(4, os.cpu_count() or 1)
-    with one_cpu_thread("cpu"):
-        if workers > 1:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                for done in pool.map(work, starts):
-                    bar.update(done)
-        else:
-            for lo in starts:
-                bar.update(work(lo))
+    for done in map_on_cpu_threads(work, starts, workers):
+        bar.update(done)
     return embeddings, means
 
 

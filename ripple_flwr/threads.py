@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import functools
+import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import TypeVar
 
 import torch
 from threadpoolctl import ThreadpoolController
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 _THREADS_LOCK = threading.Lock()
 # [torch threads before the first holder, holders, the BLAS limiter to undo]
@@ -48,3 +54,22 @@ def one_cpu_thread(device: torch.device | str = "cpu") -> Iterator[None]:
                 torch.set_num_threads(_THREADS_SAVED[0])
                 _THREADS_SAVED[2].restore_original_limits()
                 _THREADS_SAVED.clear()
+
+
+def map_on_cpu_threads(
+    fn: Callable[[T], R], items: Iterable[T], workers: int | None = None
+) -> Iterator[R]:
+    """``map(fn, items)`` on worker threads with one torch and one BLAS thread each.
+
+    Small batches of clients stay in cache and torch releases the GIL inside
+    its ops, so threads, not OpenMP inside each op, keep the cores busy.
+    Results come in the order of ``items``; ``workers`` defaults to the
+    cores, at most 4.
+    """
+    workers = workers or min(4, os.cpu_count() or 1)
+    with one_cpu_thread("cpu"):
+        if workers == 1:
+            yield from map(fn, items)
+            return
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            yield from pool.map(fn, items)

@@ -98,6 +98,17 @@ def test_embed_many_matches_embed():
     np.testing.assert_allclose(many, single, rtol=1e-5, atol=1e-6)
 
 
+def test_embed_many_keeps_client_order_across_sizes_and_worker_batches():
+    # 40 clients of two sizes: several batches of 16 on worker threads on a CPU.
+    images = _mnist_clients(40, n=120, seed=8).reshape(40, 120, 1, 28, 28)
+    clients = [c[: 100 + 20 * (i % 2)] for i, c in enumerate(images)]
+    emb = SpectralEmbedder((1, 28, 28), device="cpu")
+    many = emb.embed_many(clients)
+    single = np.stack([emb.embed(c) for c in clients])
+    np.testing.assert_allclose(many, single, rtol=1e-5, atol=1e-6 * np.abs(single).max())
+    assert not np.allclose(many[0], many[2])  # distinct clients, not one repeated row
+
+
 def test_errors_are_clear():
     emb = SpectralEmbedder((1, 28, 28))
     good = np.random.default_rng(0).random((5, 1, 28, 28), dtype=np.float32)
