@@ -29,7 +29,7 @@ _MIN_ROWS_PER_BLOCK = 2
 # (block size, steps) of the subspace iteration. Each step is a product with G^2
 # followed by an orthonormalisation; the error of the M-th eigenvector shrinks by
 # (lambda_{b+1}/lambda_M)^2 per step. Measured on 256 mnist-5k and 256 3x32x32
-# clients (M=20), the largest Ritz residual is 1.4e-6 of lambda_1 with (48, 5) and
+# clients (M=20), the largest Ritz residual is 1.3e-6 of lambda_1 with (48, 5) and
 # 1.9e-6 with (32, 10), the full decomposition's own float32 level. The larger block
 # needs fewer orthonormalisations, which are latency rather than work for one client
 # (1.11 vs 1.25 ms on a CPU core; half the kernels of a CUDA graph), and is used
@@ -160,8 +160,8 @@ def top_eigenpairs(gram: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tens
     """
     b, n, _ = gram.shape
     if gram.device.type != "cpu" and b <= _HOST_EIGEN_MAX_CLIENTS:
-        # A few clients are pure latency on a GPU (~40 small solver launches, ~8 ms
-        # whatever the batch); the host does them in about a millisecond.
+        # A few clients are pure latency on a GPU (about a hundred small launches:
+        # 2.6-3.1 ms for one client on an H200); the host does them in 1.5 ms.
         # One host thread: OpenMP across a GPU machine's cores costs more than the work.
         with one_cpu_thread(torch.device("cpu")):
             lam, u = top_eigenpairs(gram.cpu(), m)
