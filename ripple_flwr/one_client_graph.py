@@ -20,6 +20,7 @@ with the exact decomposition instead.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -48,6 +49,8 @@ class OneClientGraph:
             raise ValueError(f"CUDA graphs need a CUDA embedder, got device {dev}")
         self.n = n
         self.m = embedder.prototype_settings.svd_rank
+        # The graphs read and write fixed buffers: one replay at a time per embedder.
+        self._lock = threading.Lock()
         self._embedder = embedder
         d = embedder.input_dim
         # Rows go in as given and are put in canonical order on the device (one host pass).
@@ -101,14 +104,15 @@ class OneClientGraph:
         Non-finite rows make the Ritz pairs fail (None), so the caller's own
         checks, skipped before a replay, still refuse them.
         """
-        np.copyto(self._host_x.numpy(), rows)
-        self._host_order.numpy()[:] = order
-        self._raw.copy_(self._host_x[None], non_blocking=True)
-        self._order.copy_(self._host_order, non_blocking=True)
-        self._graph_a.replay()
-        self._host_h.copy_(self._h)  # waits for the first graph
-        self._solve_on_host(self._host_h)
-        self._graph_b.replay()
-        if bool(self._bad):
-            return None
-        return self._out.cpu().numpy()
+        with self._lock:
+            np.copyto(self._host_x.numpy(), rows)
+            self._host_order.numpy()[:] = order
+            self._raw.copy_(self._host_x[None], non_blocking=True)
+            self._order.copy_(self._host_order, non_blocking=True)
+            self._graph_a.replay()
+            self._host_h.copy_(self._h)  # waits for the first graph
+            self._solve_on_host(self._host_h)
+            self._graph_b.replay()
+            if bool(self._bad):
+                return None
+            return self._out.cpu().numpy()
