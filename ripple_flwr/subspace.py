@@ -86,6 +86,11 @@ def _orthonormalise(y: torch.Tensor, precise: bool) -> torch.Tensor:
     )
 
 
+def _largest(evals: torch.Tensor, evecs: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The m largest of ascending eigenpairs ``(B, k)``, ``(B, n, k)``, descending."""
+    return evals.flip(-1)[:, :m], evecs.flip(-1)[:, :, :m]
+
+
 def uses_subspace_iteration(n: int, m: int, plan: tuple[int, int]) -> bool:
     """Whether the top ``m`` eigenpairs of ``n x n`` Gram matrices come from subspace iteration."""
     block, _ = plan
@@ -133,7 +138,7 @@ def ritz_pairs(
     and ``(B,)`` flags of clients whose residuals ||G u - theta u|| are not
     at float32 level for a kept component (their pairs must not be used).
     """
-    theta, w = theta.flip(-1)[:, :m], w.flip(-1)[:, :, :m]
+    theta, w = _largest(theta, w, m)
     u = (q.double() @ w).to(gram.dtype)
     lam = theta.to(gram.dtype)
     resid = torch.linalg.vector_norm(gram @ u - u * lam[:, None, :], dim=1)
@@ -168,13 +173,13 @@ def top_eigenpairs(gram: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tens
         return lam.to(gram.device), u.to(gram.device)
     if not uses_subspace_iteration(n, m, subspace_plan(gram.device)) or b == 0:
         evals, evecs = torch.linalg.eigh(gram)
-        return evals.flip(-1)[:, :m], evecs.flip(-1)[:, :, :m]
+        return _largest(evals, evecs, m)
     q, h = ritz_basis(gram)
     theta, w = torch.linalg.eigh(h)
     lam, u, bad = ritz_pairs(gram, q, theta, w, m)
     if bool(bad.any()):  # one host sync per batch, not per client
         idx = bad.nonzero()[:, 0]
-        evals, evecs = torch.linalg.eigh(gram[idx])
-        lam = lam.index_copy(0, idx, evals.flip(-1)[:, :m])
-        u = u.index_copy(0, idx, evecs.flip(-1)[:, :, :m])
+        exact_lam, exact_u = _largest(*torch.linalg.eigh(gram[idx]), m)
+        lam = lam.index_copy(0, idx, exact_lam)
+        u = u.index_copy(0, idx, exact_u)
     return lam, u
