@@ -68,8 +68,9 @@ def validate_scattering(image_shape: tuple[int, int, int], J: int, L: int) -> No
 log = logging.getLogger(__name__)
 # Client sizes whose CUDA graphs one embedder keeps (each holds a few MB of device memory).
 _MAX_GRAPHS = 4
-# Clients per batch on a CPU worker thread (embed_many): ~10 MB of images, near the cache.
-_CPU_BATCH_CLIENTS = 16
+# Clients per batch on a CPU worker thread (embed_many, the synthetic bank): ~10 MB of
+# images, close to the cache.
+CPU_BATCH_CLIENTS = 16
 # Images per scattering call (see SpectralEmbedder's batch_size).
 _CPU_SCATTER_BATCH = 16
 _GPU_SCATTER_BATCH = 4096
@@ -168,9 +169,8 @@ class SpectralEmbedder:
     # -- prototypes -------------------------------------------------------------------
     def prototype(self, images: np.ndarray) -> np.ndarray:
         """The spectral prototype ``(C, H, W)`` of one client (row order canonicalised)."""
-        x = canonical_row_order(self._check_client(images))
-        proto = batch_prototypes(torch.from_numpy(x)[None].to(self.device), self.prototype_settings)
-        return proto[0].cpu().numpy().reshape(self.image_shape)
+        rows = canonical_row_order(self._check_client(images))
+        return self.prototypes(rows[None])[0].cpu().numpy()
 
     def prototypes(self, clients: np.ndarray | torch.Tensor) -> torch.Tensor:
         """Prototypes of equal-size clients ``(B, n, D)`` -> ``(B, C, H, W)`` (on device)."""
@@ -232,9 +232,7 @@ class SpectralEmbedder:
             if out is not None:
                 return self._finite(out)
             self._check_finite(flat)
-            x = torch.from_numpy(canonical_row_order(flat))[None].to(self.device)
-            proto = batch_prototypes(x, self.prototype_settings)
-            return self.scatter(proto.reshape(1, *self.image_shape))[0]
+            return self.embed_batch(canonical_row_order(flat)[None])[0]
 
     def _graph_for(self, n: int) -> OneClientGraph | None:
         """The CUDA graphs for clients of ``n`` images, built when that size comes again.
@@ -286,7 +284,7 @@ class SpectralEmbedder:
         by_size: dict[int, list[int]] = {}
         for i, f in enumerate(flats):
             by_size.setdefault(len(f), []).append(i)
-        step = _CPU_BATCH_CLIENTS if self.device.type == "cpu" else len(flats)
+        step = CPU_BATCH_CLIENTS if self.device.type == "cpu" else len(flats)
         batches = [idx[s : s + step] for idx in by_size.values() for s in range(0, len(idx), step)]
         out = np.empty((len(flats), self.output_dim), dtype=np.float32)
 

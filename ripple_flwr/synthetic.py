@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ripple_flwr.data.partition import largest_remainder_counts
-from ripple_flwr.embedding import SpectralEmbedder
+from ripple_flwr.embedding import CPU_BATCH_CLIENTS, SpectralEmbedder
 from ripple_flwr.threads import map_on_cpu_threads
 
 log = logging.getLogger(__name__)
@@ -34,8 +34,6 @@ ALPHA_DISTRIBUTIONS = ("uniform", "log-uniform", "mixed")
 _GATHER_BYTES = 128 * 2**20
 # Gathered images per embedding batch on a GPU: large enough to keep it busy.
 _DEVICE_BATCH_BYTES = 2**30
-# Clients per embedding batch on a CPU thread: ~10 MB of images, close to the cache.
-_CPU_BATCH_CLIENTS = 16
 
 
 @dataclass(frozen=True)
@@ -232,7 +230,7 @@ def _embed_on_cpu(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Small batches on worker threads, one torch and one BLAS thread each (no oversubscription)."""
     n = len(indices)
-    batch = batch_clients or _CPU_BATCH_CLIENTS
+    batch = batch_clients or CPU_BATCH_CLIENTS
     starts = list(range(0, n, batch))
     embeddings = np.empty((n, embedder.output_dim), dtype=np.float32)
     means = np.empty((n, flat.shape[1]), dtype=np.float32) if keep_means else None
