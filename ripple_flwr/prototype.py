@@ -9,7 +9,6 @@ order of its images.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,17 +128,17 @@ def centred_gram(xc: torch.Tensor) -> torch.Tensor:
     if xc.device.type != "cpu" or xc.dtype != torch.float32:
         return xc @ xc.transpose(1, 2)
     b, n, _ = xc.shape
-    upper = torch.empty((b, n, n), dtype=xc.dtype)
+    gram = torch.empty((b, n, n), dtype=xc.dtype)
     with one_cpu_thread("cpu"):  # BLAS threads would fight torch's spinning OpenMP ones
         for i, client in enumerate(xc.detach().numpy()):
             # client.T is the same memory seen as a Fortran (D, n) matrix: A^T A, no copy.
-            upper[i] = torch.from_numpy(ssyrk(1.0, client.T, trans=1))
-    return torch.where(_upper_mask(n), upper, upper.transpose(1, 2))
-
-
-@functools.lru_cache(maxsize=4)
-def _upper_mask(n: int) -> torch.Tensor:
-    return torch.ones((n, n), dtype=torch.bool).triu()
+            # ssyrk fills one triangle and leaves zeros in the other, so upper + upper^T
+            # is the exact symmetric matrix once its (doubled) diagonal is put back.
+            upper = ssyrk(1.0, client.T, trans=1)
+            full = gram[i].numpy()
+            np.add(upper, upper.T, out=full)
+            np.fill_diagonal(full, upper.diagonal())
+    return gram
 
 
 def _max_components(settings: PrototypeSettings, n: int) -> int:

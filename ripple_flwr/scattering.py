@@ -10,7 +10,7 @@ and output order, rearranged so that the work is a handful of large calls:
   periodise it by k in each axis) never forms the full-size product kymatio
   writes (k^2 times larger than the result; it and its periodisation were
   65% of the time on a CPU): for k <= 2 the k^2 aliases are summed as
-  complex products of strided views, and for larger k one
+  complex products of contiguous alias planes, and for larger k one
   batched matrix product per (scale, resolution) pair maps the k^2 aliased
   input frequencies of each output frequency through the L filters.
 - **Low-pass + subsampling + unpadding** is linear in the real map |U|, so
@@ -56,8 +56,8 @@ def _filter_periodise(u_hat: torch.Tensor, filt: torch.Tensor, k: int) -> torch.
     ``(B, X, L, M/k, N/k)``, with ``filt`` laid out by :func:`_aliasing_filters`.
     kymatio forms the full-size product and then sums its k^2 slabs; here
     the slabs are never formed. For k <= 2 the k^2 aliases are summed as
-    complex products of strided views, written straight into
-    the output layout. For larger k (16 or more aliases, few output
+    complex products of contiguous alias planes, accumulated
+    in place in the output layout. For larger k (16 or more aliases, few output
     frequencies) one batched product over (image, output frequency) pairs
     does it in one call. Each image's coefficients are computed by the same
     operations whatever B is, so they do not depend on the batch.
@@ -65,10 +65,12 @@ def _filter_periodise(u_hat: torch.Tensor, filt: torch.Tensor, k: int) -> torch.
     b, x, m, n = u_hat.shape
     mk, nk = m // k, n // k
     if k <= 2:
-        u = u_hat.reshape(b, x, k, mk, k, nk)
-        out = u[:, :, None, 0, :, 0] * filt[0]
+        # Alias planes made contiguous first (one small copy): products and sums then
+        # run along whole planes, and each alias is added in place (no temporary).
+        u = u_hat.reshape(b, x, k, mk, k, nk).transpose(3, 4).reshape(b, x, k * k, 1, mk, nk)
+        out = u[:, :, 0] * filt[0]
         for s in range(1, k * k):
-            out += u[:, :, None, s // k, :, s % k] * filt[s]
+            out.addcmul_(u[:, :, s], filt[s])
         return out
     f, n_filt, s = filt.shape
     # (B, X, k, mk, k, nk, 2) -> (B, mk, nk, k, k, X, 2): the k^2 aliases of a frequency as rows.
