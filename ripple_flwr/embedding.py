@@ -163,8 +163,11 @@ class SpectralEmbedder:
 
     @staticmethod
     def _check_finite(flat: np.ndarray, where: str = "client") -> None:
-        # min and max are NaN or infinite exactly when some entry is; two passes that
-        # allocate nothing (np.isfinite writes a mask as large as the images).
+        # One pass that allocates nothing (np.isfinite writes a mask as large as the
+        # images): the sum is finite when every entry is, unless it overflows; then
+        # min and max, which are NaN or infinite exactly when some entry is, decide.
+        if np.isfinite(flat.sum()):
+            return
         if not (np.isfinite(flat.min()) and np.isfinite(flat.max())):
             raise ValueError(f"{where}: images contain NaN or Inf")
 
@@ -172,16 +175,23 @@ class SpectralEmbedder:
     def prototype(self, images: np.ndarray) -> np.ndarray:
         """The spectral prototype ``(C, H, W)`` of one client (row order canonicalised)."""
         rows = canonical_row_order(self._check_client(images))
-        return self.prototypes(rows[None])[0].cpu().numpy()
+        return self.prototypes(rows[None], overwrite=True)[0].cpu().numpy()
 
-    def prototypes(self, clients: np.ndarray | torch.Tensor) -> torch.Tensor:
-        """Prototypes of equal-size clients ``(B, n, D)`` -> ``(B, C, H, W)`` (on device)."""
+    def prototypes(
+        self, clients: np.ndarray | torch.Tensor, *, overwrite: bool = False
+    ) -> torch.Tensor:
+        """Prototypes of equal-size clients ``(B, n, D)`` -> ``(B, C, H, W)`` (on device).
+
+        ``overwrite``: ``clients`` is a copy the caller no longer needs, and
+        may be centred in place.
+        """
         x = torch.as_tensor(clients, dtype=torch.float32, device=self.device)
         if x.ndim != 3 or x.shape[2] != self.input_dim or x.shape[1] < 2:
             raise ValueError(
                 f"expected clients of shape (B, n>=2, {self.input_dim}), got {tuple(x.shape)}"
             )
-        return batch_prototypes(x, self.prototype_settings).reshape(-1, *self.image_shape)
+        protos = batch_prototypes(x, self.prototype_settings, overwrite=overwrite)
+        return protos.reshape(-1, *self.image_shape)
 
     # -- scattering -------------------------------------------------------------------
     def scatter(self, images: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -234,7 +244,7 @@ class SpectralEmbedder:
             if out is not None:
                 return self._finite(out)
             self._check_finite(flat)
-            return self.embed_batch(canonical_row_order(flat)[None])[0]
+            return self.embed_batch(canonical_row_order(flat)[None], overwrite=True)[0]
 
     def _graph_for(self, n: int) -> OneClientGraph | None:
         """The CUDA graphs for clients of ``n`` images, built when that size comes again.
@@ -291,7 +301,7 @@ class SpectralEmbedder:
         out = np.empty((len(flats), self.output_dim), dtype=np.float32)
 
         def work(idx: list[int]) -> None:
-            out[idx] = self.embed_batch(np.stack([flats[i] for i in idx]))
+            out[idx] = self.embed_batch(np.stack([flats[i] for i in idx]), overwrite=True)
 
         if self.device.type == "cpu":
             for _ in map_on_cpu_threads(work, batches):
@@ -301,15 +311,19 @@ class SpectralEmbedder:
                 work(idx)
         return out
 
-    def embed_batch(self, clients: np.ndarray | torch.Tensor) -> np.ndarray:
+    def embed_batch(
+        self, clients: np.ndarray | torch.Tensor, *, overwrite: bool = False
+    ) -> np.ndarray:
         """Embeddings of equal-size clients ``(B, n, D)`` without canonical ordering.
 
         The fast path for synthetic clients, whose row order is already fixed
         by the seeded sampler. Everything stays on the device until the
-        embeddings are copied back once.
+        embeddings are copied back once. ``overwrite``: see :meth:`prototypes`.
         """
-        return self._finite(self.embed_batch_tensor(clients).cpu().numpy())
+        return self._finite(self.embed_batch_tensor(clients, overwrite=overwrite).cpu().numpy())
 
-    def embed_batch_tensor(self, clients: np.ndarray | torch.Tensor) -> torch.Tensor:
+    def embed_batch_tensor(
+        self, clients: np.ndarray | torch.Tensor, *, overwrite: bool = False
+    ) -> torch.Tensor:
         """:meth:`embed_batch` without the copy back: ``(B, n, D)`` -> ``(B, P)`` on the device."""
-        return self.scatter_tensor(self.prototypes(clients))
+        return self.scatter_tensor(self.prototypes(clients, overwrite=overwrite))

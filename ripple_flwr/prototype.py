@@ -54,7 +54,9 @@ def canonical_row_order(x: np.ndarray) -> np.ndarray:
     return x[canonical_order(x)]
 
 
-def batch_prototypes(x: torch.Tensor, settings: PrototypeSettings) -> torch.Tensor:
+def batch_prototypes(
+    x: torch.Tensor, settings: PrototypeSettings, *, overwrite: bool = False
+) -> torch.Tensor:
     """Spectral prototypes of B clients at once: ``(B, n, D) -> (B, D)``.
 
     x_hat = mu + sum_{j<=M} lambda_j / (sum_{l<=M} lambda_l) v_j   (paper eq. 5)
@@ -63,10 +65,11 @@ def batch_prototypes(x: torch.Tensor, settings: PrototypeSettings) -> torch.Tens
     v_j = Xc^T u_j / s_j. Each v_j is flipped so that its entry of largest
     magnitude is positive (the sign convention the paper omits). A fixed M
     needs only the top M eigenpairs (:func:`top_eigenpairs`); an explained
-    variance threshold needs the whole spectrum.
+    variance threshold needs the whole spectrum. With ``overwrite`` the
+    clients are centred in place (see :func:`centre`).
     """
     n = x.shape[1]
-    mu, xc, gram = centre(x)
+    mu, xc, gram = centre(x, overwrite=overwrite)
     m_max = _max_components(settings, n)
     if m_max == 0:
         return mu
@@ -81,10 +84,17 @@ def batch_prototypes(x: torch.Tensor, settings: PrototypeSettings) -> torch.Tens
     return prototype_from_pairs(mu, xc, top, vecs, explained_before)
 
 
-def centre(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Client means ``(B, D)``, centred data ``(B, n, D)`` and Gram matrices ``(B, n, n)``."""
+def centre(
+    x: torch.Tensor, *, overwrite: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Client means ``(B, D)``, centred data ``(B, n, D)`` and Gram matrices ``(B, n, n)``.
+
+    ``overwrite`` centres ``x`` in place (the same subtraction, same bits):
+    for a copy the caller no longer needs, it saves writing a fresh
+    image-sized array (110 us of 7.8 ms for one 3x32x32 client on a CPU).
+    """
     mu = x.mean(dim=1)
-    xc = x - mu[:, None, :]
+    xc = x.sub_(mu[:, None, :]) if overwrite else x - mu[:, None, :]
     return mu, xc, centred_gram(xc)
 
 

@@ -236,10 +236,10 @@ def _embed_on_cpu(
     means = np.empty((n, flat.shape[1]), dtype=np.float32) if keep_means else None
 
     def work(lo: int) -> int:
-        clients = torch.from_numpy(flat[indices[lo : lo + batch]])
-        embeddings[lo : lo + len(clients)] = embedder.embed_batch(clients)
+        clients = torch.from_numpy(flat[indices[lo : lo + batch]])  # a fresh copy
         if means is not None:
             means[lo : lo + len(clients)] = clients.mean(dim=1).numpy()
+        embeddings[lo : lo + len(clients)] = embedder.embed_batch(clients, overwrite=True)
         return len(clients)
 
     for done in map_on_cpu_threads(work, starts, workers):

@@ -122,6 +122,13 @@ def test_errors_are_clear():
     bad[2, 0, 3, 3] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         emb.embed(bad)
+    for values in ([np.inf], [-np.inf], [np.inf, -np.inf]):
+        bad = good.copy()
+        bad[1, 0, 5, : len(values)] = values
+        with pytest.raises(ValueError, match="NaN or Inf"):
+            emb.embed(bad)
+    # Finite entries whose sum overflows float32 are not mistaken for infinities.
+    SpectralEmbedder._check_finite(np.full((4, 8), 3e38, dtype=np.float32))
     with pytest.raises(ValueError, match="divide uint8"):
         emb.embed((good * 255).astype(np.uint8))
     with pytest.raises(ValueError, match="J=5 is too large for 28x28.*J <= 4"):
@@ -210,6 +217,23 @@ def test_embedding_bits_do_not_depend_on_batch_size_or_scattering_chunk():
     assert np.array_equal(whole, chunked)
     assert np.array_equal(whole, small)
     assert np.array_equal(whole, emb.embed_batch(clients))  # and run to run
+
+
+def test_overwrite_centres_the_callers_copy_in_place_with_the_same_bits():
+    clients = _mnist_clients(4, seed=5)
+    emb = SpectralEmbedder((1, 28, 28), device="cpu")
+    kept = clients.copy()
+    expected = emb.embed_batch(clients)
+    assert np.array_equal(clients, kept)  # the default leaves the caller's array alone
+    got = emb.embed_batch(clients, overwrite=True)
+    assert np.array_equal(got, expected)
+    # The caller's array now holds each client's centred rows.
+    np.testing.assert_allclose(clients, kept - kept.mean(axis=1, keepdims=True), atol=1e-6)
+    # embed() centres its own ordered copy: the caller's images are untouched.
+    one = kept[0].reshape(-1, 1, 28, 28)
+    before = one.copy()
+    assert np.array_equal(emb.embed(one), emb.embed(before[::-1]))
+    assert np.array_equal(one, before)
 
 
 def test_one_client_graph_needs_cuda_and_cpu_embed_never_builds_one():
