@@ -111,20 +111,19 @@ def prototype_from_pairs(
     weight 0. No host sync, so it can be captured in a CUDA graph.
     """
     top = top.clamp_min(0.0)
-    keep = top > RANK_TOL * top[:, :1].clamp_min(torch.finfo(xc.dtype).tiny)
+    keep = top > RANK_TOL * top[:, :1]  # none when the top eigenvalue is 0
     if also_keep is not None:
         keep &= also_keep
-    lam = torch.where(keep, top, torch.zeros_like(top))
-    denom = lam.sum(dim=1, keepdim=True)
-    coef = torch.where(denom > 0, lam / denom.clamp_min(torch.finfo(xc.dtype).tiny), 0.0)
-    # s_j v_j = Xc^T u_j, as rows (B, M, D) so the sign search runs along memory.
-    # Only the direction and sign of v_j are needed: 1/s_j and the sign join the
-    # coefficient, and a component that is not kept has coefficient 0.
+    lam = torch.where(keep, top, 0.0)
+    # s_j v_j = Xc^T u_j with s_j = sqrt(lambda_j), as rows (B, M, D) so the sign
+    # search runs along memory. Eq. 5's lambda_j / sum(lambda) times v_j is then
+    # sign_j sqrt(lambda_j) / sum(lambda) times a row: 0 for a component not kept.
     sv = vecs.transpose(1, 2) @ xc
     idx = sv.abs().argmax(dim=2, keepdim=True)
     sign = torch.sign(torch.gather(sv, 2, idx))[:, :, 0]
-    scale = torch.where(sign == 0, 1.0, sign) / torch.where(keep, lam.sqrt(), 1.0)
-    return mu + ((coef * scale)[:, None, :] @ sv)[:, 0]
+    total = lam.sum(dim=1, keepdim=True).clamp_min(torch.finfo(xc.dtype).tiny)
+    weight = sign * lam.sqrt() / total
+    return mu + (weight[:, None, :] @ sv)[:, 0]
 
 
 def centred_gram(xc: torch.Tensor) -> torch.Tensor:
