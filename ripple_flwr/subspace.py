@@ -79,11 +79,9 @@ def _orthonormalise(y: torch.Tensor, precise: bool) -> torch.Tensor:
     """
     c = y.double().transpose(1, 2) @ y.double() if precise else (y.transpose(1, 2) @ y).double()
     diag = c.diagonal(dim1=1, dim2=2)
-    diag.add_(1e-12 * diag.sum(-1, keepdim=True) + torch.finfo(torch.float64).tiny)
-    chol, _ = torch.linalg.cholesky_ex(c)
-    return torch.linalg.solve_triangular(
-        chol.transpose(1, 2).to(y.dtype), y, upper=True, left=False
-    )
+    diag.add_(diag.sum(-1, keepdim=True), alpha=1e-12).clamp_min_(torch.finfo(c.dtype).tiny)
+    r, _ = torch.linalg.cholesky_ex(c, upper=True)
+    return torch.linalg.solve_triangular(r.to(y.dtype), y, upper=True, left=False)
 
 
 def _largest(evals: torch.Tensor, evecs: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
