@@ -78,7 +78,9 @@ def test_embedding_dimension(shape, p):
         assert out.shape == (p,) and out.dtype == np.float32 and np.all(np.isfinite(out))
 
 
-@pytest.mark.parametrize(("J", "shape"), [(3, (28, 28)), (3, (32, 32)), (2, (16, 16))])
+@pytest.mark.parametrize(
+    ("J", "shape"), [(3, (28, 28)), (3, (32, 32)), (2, (16, 16)), (4, (32, 32)), (1, (8, 12))]
+)
 def test_vectorised_scattering_matches_kymatio(J, shape):
     from kymatio.torch import Scattering2D as KymatioScattering2D
 
