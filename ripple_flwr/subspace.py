@@ -77,11 +77,20 @@ def _orthonormalise(y: torch.Tensor, precise: bool) -> torch.Tensor:
     orthogonality, not the subspace, which is all the next step needs;
     applied twice to a basis it is orthonormal to rounding. No host sync.
     """
-    c = y.double().transpose(1, 2) @ y.double() if precise else (y.transpose(1, 2) @ y).double()
+    if precise:
+        y64 = y.double()
+        c = y64.transpose(1, 2) @ y64
+    else:
+        c = (y.transpose(1, 2) @ y).double()
     diag = c.diagonal(dim1=1, dim2=2)
     diag.add_(diag.sum(-1, keepdim=True), alpha=1e-12).clamp_min_(torch.finfo(c.dtype).tiny)
     r, _ = torch.linalg.cholesky_ex(c, upper=True)
     return torch.linalg.solve_triangular(r.to(y.dtype), y, upper=True, left=False)
+
+
+@functools.lru_cache(maxsize=8)
+def _eye(k: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    return torch.eye(k, dtype=dtype, device=device)
 
 
 def _largest(evals: torch.Tensor, evecs: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -122,9 +131,8 @@ def ritz_basis(
     # A client whose iteration broke down (non-finite H) gets the identity here, so the
     # batch's eigen-solve still runs (a GPU's batched solver fails the whole batch on
     # one bad matrix); ritz_pairs flags it for the exact decomposition.
-    finite = torch.isfinite(h).all(dim=2).all(dim=1)
-    eye = torch.eye(h.shape[-1], dtype=h.dtype, device=h.device)
-    return q, torch.where(finite[:, None, None], h, eye)
+    finite = torch.isfinite(h.sum(dim=(1, 2)))  # H's entries are far from overflowing
+    return q, torch.where(finite[:, None, None], h, _eye(h.shape[-1], h.device, h.dtype))
 
 
 def ritz_pairs(
@@ -139,11 +147,12 @@ def ritz_pairs(
     theta, w = _largest(theta, w, m)
     u = (q.double() @ w).to(gram.dtype)
     lam = theta.to(gram.dtype)
-    resid = torch.linalg.vector_norm(gram @ u - u * lam[:, None, :], dim=1)
+    resid = torch.linalg.vector_norm((gram @ u).sub_(u * lam[:, None, :]), dim=1)
     top = lam[:, :1].abs().clamp_min(torch.finfo(gram.dtype).tiny)
     kept = lam > RANK_TOL * top
-    # NaN residuals compare False: a broken client is caught by its non-finite basis.
-    broken = ~torch.isfinite(u).all(dim=2).all(dim=1)
+    # NaN residuals compare False: a broken client is caught by its non-finite basis
+    # (its columns are unit vectors, so their sum is finite exactly when they are).
+    broken = ~torch.isfinite(u.sum(dim=(1, 2)))
     return lam, u, ((resid > _RESIDUAL_TOL * top) & kept).any(dim=1) | broken
 
 
