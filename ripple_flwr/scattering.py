@@ -58,9 +58,10 @@ def _filter_periodise(u_hat: torch.Tensor, filt: torch.Tensor, k: int, out: torc
     sums its k^2 slabs; here the slabs are never formed. For k <= 2 the k^2
     aliases are summed as complex products of contiguous alias planes,
     accumulated in place. For larger k (16 or more aliases, few output
-    frequencies) one batched product over (image, output frequency) pairs
-    does it in one call. Each image's coefficients are computed by the same
-    operations whatever B is, so they do not depend on the batch.
+    frequencies) one batched product over output frequencies, with every
+    image's maps as columns, does it in one call. Each image's coefficients
+    are computed by the same operations whatever B is, so they do not depend
+    on the batch (``tests/test_embedding.py`` checks the bits).
     """
     b, x, m, n = u_hat.shape
     mk, nk = m // k, n // k
@@ -73,11 +74,13 @@ def _filter_periodise(u_hat: torch.Tensor, filt: torch.Tensor, k: int, out: torc
             out.addcmul_(u[:, :, s], filt[s])
         return
     f, n_filt, s = filt.shape
-    # (B, X, k, mk, k, nk, 2) -> (B, mk, nk, k, k, X, 2): the k^2 aliases of a frequency as rows.
-    parts = torch.view_as_real(u_hat).reshape(b, x, k, mk, k, nk, 2).permute(0, 3, 5, 2, 4, 1, 6)
-    parts = parts.reshape(b * f, s, x * 2)
-    prod = torch.bmm(filt.expand(b, f, n_filt, s).reshape(b * f, n_filt, s), parts)
-    prod = prod.reshape(b, mk, nk, n_filt, x, 2).permute(0, 4, 3, 1, 2, 5)
+    # (B, X, k, mk, k, nk, 2) -> (mk, nk, k, k, B, X, 2): for each output frequency, its
+    # k^2 aliases as rows and every (image, map, re/im) as a column, so the filters are
+    # shared by all images without copies and each column is the same 16-term (or
+    # longer) product whatever B is.
+    parts = torch.view_as_real(u_hat).reshape(b, x, k, mk, k, nk, 2).permute(3, 5, 2, 4, 0, 1, 6)
+    prod = torch.bmm(filt, parts.reshape(f, s, b * x * 2))  # (F, L, B X 2)
+    prod = prod.reshape(mk, nk, n_filt, b, x, 2).permute(3, 4, 2, 0, 1, 5)
     torch.view_as_real(out).copy_(prod)
 
 

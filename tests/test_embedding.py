@@ -221,6 +221,17 @@ def test_embedding_bits_do_not_depend_on_batch_size_or_scattering_chunk():
     assert np.array_equal(whole, emb.embed_batch(clients))  # and run to run
 
 
+def test_colour_embedding_bits_do_not_depend_on_batch_or_chunk():
+    # Three channels: every scattering call mixes images of several clients.
+    clients = np.random.default_rng(6).random((7, 40, 3 * 16 * 16), dtype=np.float32)
+    emb = SpectralEmbedder((3, 16, 16), J=3, device="cpu")
+    whole = emb.embed_batch(clients)
+    one_by_one = np.concatenate([emb.embed_batch(clients[i : i + 1]) for i in range(7)])
+    odd_chunks = SpectralEmbedder((3, 16, 16), J=3, device="cpu", batch_size=5).embed_batch(clients)
+    assert np.array_equal(whole, one_by_one)
+    assert np.array_equal(whole, odd_chunks)
+
+
 def test_overwrite_centres_the_callers_copy_in_place_with_the_same_bits():
     clients = _mnist_clients(4, seed=5)
     emb = SpectralEmbedder((1, 28, 28), device="cpu")
