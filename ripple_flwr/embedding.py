@@ -171,10 +171,20 @@ class SpectralEmbedder:
         if not (np.isfinite(flat.min()) and np.isfinite(flat.max())):
             raise ValueError(f"{where}: images contain NaN or Inf")
 
+    def _ordered_rows(self, images: np.ndarray, where: str = "client") -> np.ndarray:
+        """A client's rows ``(n, D)`` in canonical order (a fresh array), checked.
+
+        Finiteness is checked on the ordered copy, which the gather has just
+        brought into cache (90 us less for 200 3x32x32 images).
+        """
+        rows = canonical_row_order(self._check_client(images, where, finite=False))
+        self._check_finite(rows, where)
+        return rows
+
     # -- prototypes -------------------------------------------------------------------
     def prototype(self, images: np.ndarray) -> np.ndarray:
         """The spectral prototype ``(C, H, W)`` of one client (row order canonicalised)."""
-        rows = canonical_row_order(self._check_client(images))
+        rows = self._ordered_rows(images)
         return self.prototypes(rows[None], overwrite=True)[0].cpu().numpy()
 
     def prototypes(
@@ -243,8 +253,9 @@ class SpectralEmbedder:
             out = graph.embed(flat, canonical_order(flat)) if graph is not None else None
             if out is not None:
                 return self._finite(out)
-            self._check_finite(flat)
-            return self.embed_batch(canonical_row_order(flat)[None], overwrite=True)[0]
+            rows = canonical_row_order(flat)
+            self._check_finite(rows)
+            return self.embed_batch(rows[None], overwrite=True)[0]
 
     def _graph_for(self, n: int) -> OneClientGraph | None:
         """The CUDA graphs for clients of ``n`` images, built when that size comes again.
@@ -289,10 +300,7 @@ class SpectralEmbedder:
             clients = list(clients)
         if len(clients) == 0:
             return np.zeros((0, self.output_dim), dtype=np.float32)
-        flats = [
-            canonical_row_order(self._check_client(c, where=f"client {i}"))
-            for i, c in enumerate(clients)
-        ]
+        flats = [self._ordered_rows(c, where=f"client {i}") for i, c in enumerate(clients)]
         by_size: dict[int, list[int]] = {}
         for i, f in enumerate(flats):
             by_size.setdefault(len(f), []).append(i)
