@@ -164,8 +164,8 @@ class SpectralEmbedder:
     @staticmethod
     def _check_finite(flat: np.ndarray, where: str = "client") -> None:
         # One pass that allocates nothing (np.isfinite writes a mask as large as the
-        # images): the sum is finite when every entry is, unless it overflows; then
-        # min and max, which are NaN or infinite exactly when some entry is, decide.
+        # images): a NaN or an infinity makes the sum non-finite, and so can an
+        # overflow; then min and max, NaN or infinite exactly when some entry is, decide.
         if np.isfinite(flat.sum()):
             return
         if not (np.isfinite(flat.min()) and np.isfinite(flat.max())):
