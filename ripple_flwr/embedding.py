@@ -135,9 +135,11 @@ class SpectralEmbedder:
         return c * h * w
 
     # -- validation -----------------------------------------------------------------
-    def _check_client(
-        self, images: np.ndarray, where: str = "client", finite: bool = True
-    ) -> np.ndarray:
+    def _check_client(self, images: np.ndarray, where: str = "client") -> np.ndarray:
+        """A client's images as float32 rows ``(n, D)``, shape and dtype checked.
+
+        Finiteness is checked on the ordered rows (:meth:`_ordered_rows`).
+        """
         images = np.asarray(images)
         if images.ndim == 3 and self.image_shape[0] == 1:
             images = images[:, None]
@@ -156,10 +158,7 @@ class SpectralEmbedder:
                 f"{where}: images must be floats in [0, 1], got dtype {images.dtype}; "
                 "divide uint8 pixels by 255"
             )
-        flat = images.reshape(len(images), -1).astype(np.float32, copy=False)
-        if finite:
-            self._check_finite(flat, where)
-        return flat
+        return images.reshape(len(images), -1).astype(np.float32, copy=False)
 
     @staticmethod
     def _check_finite(flat: np.ndarray, where: str = "client") -> None:
@@ -171,20 +170,21 @@ class SpectralEmbedder:
         if not (np.isfinite(flat.min()) and np.isfinite(flat.max())):
             raise ValueError(f"{where}: images contain NaN or Inf")
 
-    def _ordered_rows(self, images: np.ndarray, where: str = "client") -> np.ndarray:
-        """A client's rows ``(n, D)`` in canonical order (a fresh array), checked.
+    @classmethod
+    def _ordered_rows(cls, flat: np.ndarray, where: str = "client") -> np.ndarray:
+        """Checked rows ``(n, D)`` in canonical order (a fresh array), refused if not finite.
 
         Finiteness is checked on the ordered copy, which the gather has just
         brought into cache (90 us less for 200 3x32x32 images).
         """
-        rows = canonical_row_order(self._check_client(images, where, finite=False))
-        self._check_finite(rows, where)
+        rows = canonical_row_order(flat)
+        cls._check_finite(rows, where)
         return rows
 
     # -- prototypes -------------------------------------------------------------------
     def prototype(self, images: np.ndarray) -> np.ndarray:
         """The spectral prototype ``(C, H, W)`` of one client (row order canonicalised)."""
-        rows = self._ordered_rows(images)
+        rows = self._ordered_rows(self._check_client(images))
         return self.prototypes(rows[None], overwrite=True)[0].cpu().numpy()
 
     def prototypes(
@@ -246,16 +246,14 @@ class SpectralEmbedder:
         hundred tiny kernels from Python.
         """
         with one_cpu_thread(self.device):
-            flat = np.ascontiguousarray(self._check_client(images, finite=False))
+            flat = np.ascontiguousarray(self._check_client(images))
             graph = self._graph_for(len(flat))
             # A replay takes the rows and their canonical order as they are: one pass over
             # the rows on the host. Non-finite rows fail its Ritz test and land below.
             out = graph.embed(flat, canonical_order(flat)) if graph is not None else None
             if out is not None:
                 return self._finite(out)
-            rows = canonical_row_order(flat)
-            self._check_finite(rows)
-            return self.embed_batch(rows[None], overwrite=True)[0]
+            return self.embed_batch(self._ordered_rows(flat)[None], overwrite=True)[0]
 
     def _graph_for(self, n: int) -> OneClientGraph | None:
         """The CUDA graphs for clients of ``n`` images, built when that size comes again.
@@ -300,7 +298,10 @@ class SpectralEmbedder:
             clients = list(clients)
         if len(clients) == 0:
             return np.zeros((0, self.output_dim), dtype=np.float32)
-        flats = [self._ordered_rows(c, where=f"client {i}") for i, c in enumerate(clients)]
+        flats = [
+            self._ordered_rows(self._check_client(c, f"client {i}"), f"client {i}")
+            for i, c in enumerate(clients)
+        ]
         by_size: dict[int, list[int]] = {}
         for i, f in enumerate(flats):
             by_size.setdefault(len(f), []).append(i)

@@ -7,12 +7,12 @@ milliseconds whatever the GPU. Captured once per client size and replayed,
 they cost their execution time. The one step that cannot be captured is
 the small Rayleigh-Ritz eigen-solve (torch checks its result on the host):
 it runs on the host between the two graphs, on a 48 x 48 float64 matrix
-(the block of :data:`~ripple_flwr.embedding.HOST_SOLVE_PLAN`: half the
+(the block of :data:`~ripple_flwr.subspace.HOST_SOLVE_PLAN`: half the
 orthonormalisations of the GPU batch's 32 x 10).
 
-The graphs run exactly :func:`ripple_flwr.embedding.ritz_basis`,
-:func:`~ripple_flwr.embedding.ritz_pairs`,
-:func:`~ripple_flwr.embedding.prototype_from_pairs` and the scattering, so
+The graphs run exactly :func:`ripple_flwr.subspace.ritz_basis`,
+:func:`~ripple_flwr.subspace.ritz_pairs`,
+:func:`~ripple_flwr.prototype.prototype_from_pairs` and the scattering, so
 the result is the eager GPU path's up to float rounding. A client whose
 Ritz residuals fail the float32 test is reported, and the caller embeds it
 with the exact decomposition instead.
