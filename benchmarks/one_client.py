@@ -73,11 +73,11 @@ def eager_stages(emb: SpectralEmbedder, clients: list[np.ndarray]) -> dict[str, 
                 _sync(dev)
                 marks.append(time.perf_counter())
 
-            rows = P.canonical_row_order(emb._check_client(images))
+            rows = emb._ordered_rows(emb._check_client(images))
             mark()
             x = torch.from_numpy(rows)[None].to(dev)
             mark()
-            mu, xc, gram = P.centre(x)
+            mu, xc, gram = P.centre(x, overwrite=True)  # as embed() does: its own copy
             mark()
             top, vecs = subspace.top_eigenpairs(gram, m)
             mark()
@@ -99,7 +99,7 @@ def graph_stages(emb: SpectralEmbedder, clients: list[np.ndarray]) -> dict[str, 
     rows_ms: list[list[float]] = []
     for images in clients:
         t = [time.perf_counter()]
-        flat = np.ascontiguousarray(emb._check_client(images, finite=False))
+        flat = np.ascontiguousarray(emb._check_client(images))
         order = P.canonical_order(flat)
         t.append(time.perf_counter())
         np.copyto(graph._host_x.numpy(), flat)
@@ -127,7 +127,7 @@ def eigen_on_device_ms(emb: SpectralEmbedder, clients: list[np.ndarray]) -> floa
     saved = subspace._HOST_EIGEN_MAX_CLIENTS
     subspace._HOST_EIGEN_MAX_CLIENTS = 0
     try:
-        rows = [P.canonical_row_order(emb._check_client(c)) for c in clients]
+        rows = [emb._ordered_rows(emb._check_client(c)) for c in clients]
         grams = [P.centre(torch.from_numpy(r)[None].to(emb.device))[2] for r in rows]
         it = iter(grams)
         return _median_ms(lambda _: subspace.top_eigenpairs(next(it), 20), clients, emb.device)
