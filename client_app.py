@@ -1,4 +1,4 @@
-"""Ripple's ClientApp: thin registration of the handlers in :mod:`ripple_flwr.client`."""
+"""Ripple's ClientApp: thin registration of the handlers in :mod:`ripple_flwr.app.client`."""
 
 import os
 
@@ -8,7 +8,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from flwr.app import Context, Message  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 
-from ripple_flwr.client import handle_evaluate, handle_query, handle_train  # noqa: E402
+from ripple_flwr.app.client import handle_evaluate, handle_query, handle_train  # noqa: E402
 
 app = ClientApp()
 

@@ -1,4 +1,4 @@
-"""Ripple's ServerApp: thin wrapper around :func:`ripple_flwr.server.run_server`."""
+"""Ripple's ServerApp: thin wrapper around :func:`ripple_flwr.app.server.run_server`."""
 
 import os
 
@@ -7,7 +7,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from flwr.app import Context  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
-from ripple_flwr.server import run_server  # noqa: E402
+from ripple_flwr.app.server import run_server  # noqa: E402
 
 app = ServerApp()
 

@@ -3,7 +3,7 @@
 The paper's protocol (spec section 5): Fashion-MNIST, 100 clients x 200
 images, Dir(0.1), 10 clients per round, the paper's CNN and optimiser,
 evaluation every 10 rounds. Methods: every entry of the method registry
-(``ripple_flwr.methods``): Ripple Strat and Unif with both routers
+(``ripple_flwr.app.registry``): Ripple Strat and Unif with both routers
 (gmm-vae, mean-unmixing), the oracle (w = pi*) with either sampler (each
 Ripple variant's own oracle), Flower's FedAvg, FedProx, FedAdam, FedYogi
 and FedAdagrad, and local-only training, on the same data, sampler budget
@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 from runs import run_or_reuse, write_json_line  # noqa: E402
 
-from ripple_flwr.config import ROUTERS, SAMPLINGS  # noqa: E402
-from ripple_flwr.methods import METHODS  # noqa: E402
-from ripple_flwr.outputs import OUTPUT_DIR_ENV  # noqa: E402
-from ripple_flwr.results import tail_mean  # noqa: E402
+from ripple_flwr.app.registry import METHODS  # noqa: E402
+from ripple_flwr.runs.outputs import OUTPUT_DIR_ENV  # noqa: E402
+from ripple_flwr.runs.results import tail_mean  # noqa: E402
+from ripple_flwr.settings import ROUTERS, SAMPLINGS  # noqa: E402
 
 
 def benchmark_variants() -> dict[str, dict]:

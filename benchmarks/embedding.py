@@ -31,9 +31,9 @@ import numpy as np
 import torch
 
 from ripple_flwr.data import load_dataset, server_aux_split
-from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
-from ripple_flwr.subspace import top_eigenpairs
-from ripple_flwr.synthetic import BankSettings, build_bank
+from ripple_flwr.router.synthetic import BankSettings, build_bank
+from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder
+from ripple_flwr.wst.subspace import top_eigenpairs
 
 
 def colour_digits(images: np.ndarray) -> np.ndarray:

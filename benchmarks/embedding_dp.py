@@ -2,7 +2,7 @@
 
 Real clients (default: Fashion-MNIST, 100 clients x 200 images drawn outside
 D_aux with Dir(0.1), as the pre-training report draws them) are embedded as
-a client would, privatised with ``ripple_flwr.privacy.privatize_embedding``
+a client would, privatised with ``ripple_flwr.privacy.mechanism.privatize_embedding``
 (one release per client) and routed unchanged by the GMM-VAE. Ways to spend
 the budget, all with public parameters (the checkpoint's normalisation and
 synthetic clients of the server's own D_aux, never the clients measured):
@@ -45,21 +45,21 @@ from ripple_flwr.data import (  # noqa: E402
     sample_dirichlet_clients,
     server_aux_split,
 )
-from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder  # noqa: E402
-from ripple_flwr.pretrain import (  # noqa: E402
-    PretrainSettings,
-    TrainSettings,
-    load_checkpoint,
-    pretrain,
-)
-from ripple_flwr.privacy import (  # noqa: E402
+from ripple_flwr.privacy.mechanism import (  # noqa: E402
     clip_l2,
     gaussian_sigma,
     privatize_embedding,
     reference_projection,
 )
-from ripple_flwr.routers import UniformRouter, routing_l1  # noqa: E402
-from ripple_flwr.synthetic import BankSettings  # noqa: E402
+from ripple_flwr.router.pretrain import (  # noqa: E402
+    PretrainSettings,
+    TrainSettings,
+    load_checkpoint,
+    pretrain,
+)
+from ripple_flwr.router.routers import UniformRouter, routing_l1  # noqa: E402
+from ripple_flwr.router.synthetic import BankSettings  # noqa: E402
+from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder  # noqa: E402
 
 
 def get_checkpoint(args) -> tuple[object, str]:

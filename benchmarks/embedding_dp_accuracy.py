@@ -4,7 +4,7 @@ The README's accuracy protocol (Fashion-MNIST, 100 clients x 200 images,
 Dir(0.1), 10 clients per round, the paper's CNN), Ripple-Strat with the
 GMM-VAE router, for each epsilon (``none``: no privacy): every client
 releases its embedding once through the server's public mechanism
-(``ripple_flwr.embedding_dp``), the server routes the noisy embeddings
+(``ripple_flwr.privacy.release``), the server routes the noisy embeddings
 unchanged. Per epsilon: routing L1 to pi* and ARI before round 1, final
 personalised accuracy (mean of the last three evaluations), the noise sigma
 and clip. Each node's noise is seeded from ``dp-noise-seed`` in its node
@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from runs import run_or_reuse, write_json_line  # noqa: E402
 
-from ripple_flwr.embedding_dp import NOISE_SEED_KEY  # noqa: E402
-from ripple_flwr.outputs import OUTPUT_DIR_ENV  # noqa: E402
-from ripple_flwr.results import tail_mean  # noqa: E402
+from ripple_flwr.privacy.release import NOISE_SEED_KEY  # noqa: E402
+from ripple_flwr.runs.outputs import OUTPUT_DIR_ENV  # noqa: E402
+from ripple_flwr.runs.results import tail_mean  # noqa: E402
 
 
 def parse_epsilon(text: str) -> float:

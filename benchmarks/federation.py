@@ -1,6 +1,6 @@
 """Ripple vs FedAvg on the same small federation: bytes and server cost per round.
 
-Runs both methods in-process (``ripple_flwr.inprocess.InProcessGrid`` with the
+Runs both methods in-process (``ripple_flwr.testing.inprocess.InProcessGrid`` with the
 real client handlers, no Ray), K=10 and the paper's CNN on mnist-5k, and
 prints ONE JSON line:
 
@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
-from ripple_flwr.outputs import OUTPUT_DIR_ENV  # noqa: E402
-from ripple_flwr.server import run_server  # noqa: E402
+from ripple_flwr.app.server import run_server  # noqa: E402
+from ripple_flwr.runs.outputs import OUTPUT_DIR_ENV  # noqa: E402
+from ripple_flwr.testing.inprocess import InProcessGrid  # noqa: E402
 
 
 def run(method: str, rounds: int, cache_dir: str, out: Path) -> dict:

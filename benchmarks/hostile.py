@@ -1,7 +1,7 @@
 """One misbehaving client against a clean run: what happens to the run and to honest clients.
 
 Runs a small federation in-process (the real ClientApp, no Ray) once clean
-and once per case with partition 1 misbehaving (:mod:`ripple_flwr.faults`),
+and once per case with partition 1 misbehaving (:mod:`ripple_flwr.testing.faults`),
 and prints ONE JSON line: per case, whether the run completed, the headline
 personalised accuracy and its coverage, the honest clients' accuracy (every
 client but the culprit, from the per-client evaluation records), the clean
@@ -10,7 +10,7 @@ run's honest accuracy, and who was dropped and why.
     python benchmarks/hostile.py [--rounds 10] [--out docs/results/hostile.json]
 
 Run from an older checkout (``PYTHONPATH=<old checkout>``, with this file's
-``ripple_flwr/faults.py`` copied in) it gives the "before" column.
+``ripple_flwr/testing/faults.py`` copied in) it gives the "before" column.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 from runs import write_json_line  # noqa: E402
 
-from ripple_flwr import faults  # noqa: E402
-from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
-from ripple_flwr.server import run_server  # noqa: E402
+from ripple_flwr.app.server import run_server  # noqa: E402
+from ripple_flwr.testing import faults  # noqa: E402
+from ripple_flwr.testing.inprocess import InProcessGrid  # noqa: E402
 
 BAD = 1
 CASES = [

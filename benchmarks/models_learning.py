@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from ripple_flwr.data import load_dataset
-from ripple_flwr.local import evaluate_model, train_local
-from ripple_flwr.models import available_models, build_model
+from ripple_flwr.training.loops import evaluate_model, train_local
+from ripple_flwr.training.models import available_models, build_model
 
 
 def main() -> None:

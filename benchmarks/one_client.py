@@ -36,11 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from embedding import colour_digits  # noqa: E402
 
-from ripple_flwr import prototype as P  # noqa: E402
-from ripple_flwr import subspace  # noqa: E402
 from ripple_flwr.data import load_dataset  # noqa: E402
-from ripple_flwr.embedding import SpectralEmbedder  # noqa: E402
-from ripple_flwr.threads import one_cpu_thread  # noqa: E402
+from ripple_flwr.wst import prototype as P  # noqa: E402
+from ripple_flwr.wst import subspace  # noqa: E402
+from ripple_flwr.wst.embedder import SpectralEmbedder  # noqa: E402
+from ripple_flwr.wst.threads import one_cpu_thread  # noqa: E402
 
 
 def _sync(dev: torch.device) -> None:

@@ -1,6 +1,6 @@
 """GMM-VAE batch size vs routing error and time: one JSON line per setting.
 
-Runs the whole pre-training job (``ripple_flwr.pretrain.pretrain``) once per
+Runs the whole pre-training job (``ripple_flwr.router.pretrain.pretrain``) once per
 batch size on one cached bank, each the default schedule (times ``--samples``)
 rescaled by ``TrainSettings.for_device`` (same samples seen, lr scaled by
 sqrt(batch/64), evaluations and weight average per sample), so the batch a
@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ripple_flwr.pretrain import PretrainSettings, TrainSettings, pretrain
+from ripple_flwr.router.pretrain import PretrainSettings, TrainSettings, pretrain
 
 
 def main() -> None:

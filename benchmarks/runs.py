@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ripple_flwr.inprocess import InProcessGrid
-from ripple_flwr.results import finished_results
-from ripple_flwr.server import run_server
+from ripple_flwr.app.server import run_server
+from ripple_flwr.runs.results import finished_results
+from ripple_flwr.testing.inprocess import InProcessGrid
 
 REUSE_IGNORES = ("results-path", "checkpoint", "resume")  # paths need not match on --reuse
 

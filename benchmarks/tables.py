@@ -52,8 +52,8 @@ import numpy as np  # noqa: E402
 from accuracy import VARIANTS, curve  # noqa: E402
 from runs import run_or_reuse, write_json_line  # noqa: E402
 
-from ripple_flwr.outputs import OUTPUT_DIR_ENV  # noqa: E402
-from ripple_flwr.results import hard_ari, tail_mean  # noqa: E402
+from ripple_flwr.runs.outputs import OUTPUT_DIR_ENV  # noqa: E402
+from ripple_flwr.runs.results import hard_ari, tail_mean  # noqa: E402
 
 TABLE1 = {
     **VARIANTS,

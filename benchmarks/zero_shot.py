@@ -4,7 +4,7 @@ Part 1, new clients: for each alpha_train, train Ripple (Strat, Unif, HDB)
 and FedAvg on the same federation (Fashion-MNIST, 100 clients x 200,
 10 per round, the paper's CNN), then onboard held-out new clients drawn
 with Dir(alpha_test) from data no training client holds. Ripple's new
-clients get theta_new from one router pass (through ``ripple_flwr.onboarding``,
+clients get theta_new from one router pass (through ``ripple_flwr.runs.saved_runs``,
 the API ``onboard.py`` uses); FedAvg's get its global model; "best-by-loss"
 gives each new client the Ripple cluster model with the lowest loss on its
 training split, scored on its test split (the advantage the paper gives its
@@ -38,15 +38,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ripple_flwr.config import RunSettings  # noqa: E402
-from ripple_flwr.federation_cache import cached_federation  # noqa: E402
-from ripple_flwr.hdb import refine_hdb  # noqa: E402
-from ripple_flwr.inprocess import InProcessGrid  # noqa: E402
-from ripple_flwr.local import evaluate_model  # noqa: E402
-from ripple_flwr.mixing import unstack  # noqa: E402
-from ripple_flwr.onboarding import Onboarder  # noqa: E402
-from ripple_flwr.results import client_stats, finished_results, hard_ari  # noqa: E402
-from ripple_flwr.server import run_server  # noqa: E402
+from ripple_flwr.aggregation.hdb import refine_hdb  # noqa: E402
+from ripple_flwr.aggregation.mixing import unstack  # noqa: E402
+from ripple_flwr.app.server import run_server  # noqa: E402
+from ripple_flwr.data.cache import cached_federation  # noqa: E402
+from ripple_flwr.runs.results import client_stats, finished_results, hard_ari  # noqa: E402
+from ripple_flwr.runs.saved_runs import Onboarder  # noqa: E402
+from ripple_flwr.settings import RunSettings  # noqa: E402
+from ripple_flwr.testing.inprocess import InProcessGrid  # noqa: E402
+from ripple_flwr.training.loops import evaluate_model  # noqa: E402
 
 METHODS = {
     "ripple-strat": {"method": "ripple", "sampling": "stratified"},

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from flwr.supercore.task_identity import TaskIdentity
 
-from ripple_flwr.inprocess import InProcessGrid
+from ripple_flwr.testing.inprocess import InProcessGrid
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -84,8 +84,8 @@ def cache_dir(tmp_path_factory) -> Path:
 
 def tiny_pretrain_settings(tmp: Path, **over: Any):
     """The one tiny pre-training budget of the suite (K=4, aux 300, 600 synthetic clients)."""
-    from ripple_flwr.pretrain import PretrainSettings, TrainSettings
-    from ripple_flwr.synthetic import BankSettings
+    from ripple_flwr.router.pretrain import PretrainSettings, TrainSettings
+    from ripple_flwr.router.synthetic import BankSettings
 
     base: dict[str, Any] = {
         "dataset": "mnist-5k",
@@ -108,7 +108,7 @@ def tiny_pretrain_settings(tmp: Path, **over: Any):
 @pytest.fixture(scope="session")
 def tiny_pretrained(tmp_path_factory):
     """(folder, checkpoint, report) of the tiny GMM-VAE, pre-trained once per session."""
-    from ripple_flwr.pretrain import pretrain
+    from ripple_flwr.router.pretrain import pretrain
 
     tmp = tmp_path_factory.mktemp("tiny-vae")
     ckpt, report = pretrain(tiny_pretrain_settings(tmp), tmp / "tiny-vae.pt", progress=False)

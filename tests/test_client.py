@@ -7,8 +7,7 @@ import pytest
 from conftest import tiny_run_config
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-from ripple_flwr import federation_cache
-from ripple_flwr.client import (
+from ripple_flwr.app.client import (
     check_partition,
     evaluate_client,
     handle_evaluate,
@@ -17,9 +16,10 @@ from ripple_flwr.client import (
     record_to_state,
     state_to_record,
 )
-from ripple_flwr.config import RunSettings
-from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
-from ripple_flwr.models import build_model, get_state
+from ripple_flwr.data import cache as federation_cache
+from ripple_flwr.settings import RunSettings
+from ripple_flwr.training.models import build_model, get_state
+from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder
 
 
 def _context(cfg, pid=1, n=None):

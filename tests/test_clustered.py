@@ -8,20 +8,20 @@ import torch
 from conftest import FakeGrid, tiny_run_config
 from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 
-from ripple_flwr.candidates import lowest_loss, payload_records, split_candidates
-from ripple_flwr.cluster_baselines import (
+from ripple_flwr.aggregation.clustering import (
     cfl_bipartition,
     cfl_should_split,
     cluster_means,
     flatten,
     nearest_centres,
 )
-from ripple_flwr.config import ConfigError, RunSettings
-from ripple_flwr.local import evaluate_model
-from ripple_flwr.methods import MethodInputs, get_method
-from ripple_flwr.records import record_to_state, state_to_record
-from ripple_flwr.results import arrayrecord_nbytes
-from ripple_flwr.strategies.zero_shot import onboard_new_clients
+from ripple_flwr.app.candidates import lowest_loss, payload_records, split_candidates
+from ripple_flwr.app.records import record_to_state, state_to_record
+from ripple_flwr.app.registry import MethodInputs, get_method
+from ripple_flwr.app.strategies.core.zero_shot import onboard_new_clients
+from ripple_flwr.runs.results import arrayrecord_nbytes
+from ripple_flwr.settings import ConfigError, RunSettings
+from ripple_flwr.training.loops import evaluate_model
 
 
 def state(w0: float, n: int = 0) -> dict[str, np.ndarray]:
@@ -105,9 +105,9 @@ def test_lowest_loss_is_the_argmin_of_the_losses_it_reports():
 
 def test_the_real_client_chooses_on_its_training_split(tmp_path):
     """handle_train: the chosen candidate is the argmin of the training-split losses."""
-    from ripple_flwr.client import choose_candidate
-    from ripple_flwr.federation_cache import cached_federation
-    from ripple_flwr.models import build_model, get_state, set_state
+    from ripple_flwr.app.client import choose_candidate
+    from ripple_flwr.data.cache import cached_federation
+    from ripple_flwr.training.models import build_model, get_state, set_state
 
     cfg = tiny_run_config(tmp_path, method="ifca")
     settings = RunSettings.from_run_config(cfg)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ripple_flwr.config import ConfigError, RunSettings, settings_from_context
+from ripple_flwr.settings import ConfigError, RunSettings, settings_from_context
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,7 +61,7 @@ def test_invalid_config_is_refused(override, message):
 
 
 def test_checkpoint_settings_mismatch_is_a_config_error(tiny_checkpoint, tmp_path):
-    from ripple_flwr.server import resolve_checkpoint
+    from ripple_flwr.app.server import resolve_checkpoint
 
     # The tiny checkpoint has K=4; a run with K=5 must be refused before any round.
     settings = RunSettings(

@@ -27,8 +27,8 @@ HOSTILE_CLIENT_APP = '''
 
 from flwr.clientapp import ClientApp
 
-from ripple_flwr.client import handle_evaluate, handle_query, handle_train
-from ripple_flwr.faults import FAULTS, wrap_handler
+from ripple_flwr.app.client import handle_evaluate, handle_query, handle_train
+from ripple_flwr.testing.faults import FAULTS, wrap_handler
 
 app = ClientApp()
 

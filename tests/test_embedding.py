@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from ripple_flwr.embedding import SpectralEmbedder, embedding_dim, scattering_channels
-from ripple_flwr.prototype import PrototypeSettings, batch_prototypes
-from ripple_flwr.scattering import Scattering2D
-from ripple_flwr.subspace import top_eigenpairs
+from ripple_flwr.wst.embedder import SpectralEmbedder, embedding_dim, scattering_channels
+from ripple_flwr.wst.prototype import PrototypeSettings, batch_prototypes
+from ripple_flwr.wst.scattering import Scattering2D
+from ripple_flwr.wst.subspace import top_eigenpairs
 
 
 def reference_prototype(x: np.ndarray, m: int) -> np.ndarray:
@@ -210,26 +210,33 @@ def test_fast_prototype_matches_covariance_formula_on_real_and_rank_deficient_cl
         np.testing.assert_allclose(proto, ref, atol=2e-5 * np.abs(ref).max())
 
 
-def test_embedding_bits_do_not_depend_on_batch_size_or_scattering_chunk():
+# BLAS blocking depends on the CPU and the batch shape: across batch sizes the embedding is the
+# same to float32 rounding (one AMD EPYC: 254 of 46,872 entries differ, at most 2.2e-6
+# relative), and bit-identical only for the same call on the same machine.
+BATCH_RTOL, BATCH_ATOL = 2e-5, 1e-6
+
+
+def test_embedding_does_not_depend_on_batch_size_or_scattering_chunk():
     clients = _mnist_clients(24, seed=3)
     emb = SpectralEmbedder((1, 28, 28), device="cpu")
     whole = emb.embed_batch(clients)
     chunked = np.concatenate([emb.embed_batch(clients[i : i + 8]) for i in range(0, 24, 8)])
     small = SpectralEmbedder((1, 28, 28), device="cpu", batch_size=3).embed_batch(clients)
-    assert np.array_equal(whole, chunked)
-    assert np.array_equal(whole, small)
-    assert np.array_equal(whole, emb.embed_batch(clients))  # and run to run
+    np.testing.assert_allclose(chunked, whole, rtol=BATCH_RTOL, atol=BATCH_ATOL)
+    np.testing.assert_allclose(small, whole, rtol=BATCH_RTOL, atol=BATCH_ATOL)
+    assert np.array_equal(whole, emb.embed_batch(clients))  # the same call: the same bits
 
 
-def test_colour_embedding_bits_do_not_depend_on_batch_or_chunk():
+def test_colour_embedding_does_not_depend_on_batch_or_chunk():
     # Three channels: every scattering call mixes images of several clients.
     clients = np.random.default_rng(6).random((7, 40, 3 * 16 * 16), dtype=np.float32)
     emb = SpectralEmbedder((3, 16, 16), J=3, device="cpu")
     whole = emb.embed_batch(clients)
     one_by_one = np.concatenate([emb.embed_batch(clients[i : i + 1]) for i in range(7)])
     odd_chunks = SpectralEmbedder((3, 16, 16), J=3, device="cpu", batch_size=5).embed_batch(clients)
-    assert np.array_equal(whole, one_by_one)
-    assert np.array_equal(whole, odd_chunks)
+    np.testing.assert_allclose(one_by_one, whole, rtol=BATCH_RTOL, atol=BATCH_ATOL)
+    np.testing.assert_allclose(odd_chunks, whole, rtol=BATCH_RTOL, atol=BATCH_ATOL)
+    assert np.array_equal(whole, emb.embed_batch(clients))
 
 
 def test_overwrite_centres_the_callers_copy_in_place_with_the_same_bits():
@@ -250,7 +257,7 @@ def test_overwrite_centres_the_callers_copy_in_place_with_the_same_bits():
 
 
 def test_one_client_graph_needs_cuda_and_cpu_embed_never_builds_one():
-    from ripple_flwr.one_client_graph import OneClientGraph
+    from ripple_flwr.wst.one_client_graph import OneClientGraph
 
     emb = SpectralEmbedder((1, 28, 28), device="cpu")
     with pytest.raises(ValueError, match="CUDA graphs need a CUDA embedder"):

@@ -9,8 +9,8 @@ import pytest
 from conftest import tiny_run_config
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-from ripple_flwr.config import ConfigError, RunSettings
-from ripple_flwr.embedding_dp import (
+from ripple_flwr.privacy.mechanism import gaussian_sigma, privatize_embedding
+from ripple_flwr.privacy.release import (
     DP_CONFIG,
     DP_RECORD,
     NOISE_SEED_KEY,
@@ -18,7 +18,7 @@ from ripple_flwr.embedding_dp import (
     noise_generator,
     public_mechanism,
 )
-from ripple_flwr.privacy import gaussian_sigma, privatize_embedding
+from ripple_flwr.settings import ConfigError, RunSettings
 
 
 def mechanism(p: int = 6, r: int = 2, epsilon: float = 1.0) -> PublicMechanism:
@@ -87,9 +87,9 @@ def test_bad_dp_settings_are_refused(over, match):
 
 
 def test_the_client_sends_the_noisy_release_only(tiny_checkpoint, cache_dir):
-    from ripple_flwr.client import client_summary, embedder_for, handle_query
-    from ripple_flwr.federation_cache import cached_federation
-    from ripple_flwr.pretrain import load_checkpoint
+    from ripple_flwr.app.client import client_summary, embedder_for, handle_query
+    from ripple_flwr.data.cache import cached_federation
+    from ripple_flwr.router.pretrain import load_checkpoint
 
     cfg = tiny_run_config(cache_dir, method="ripple", checkpoint=str(tiny_checkpoint))
     settings = RunSettings.from_run_config(cfg)
@@ -124,8 +124,8 @@ def test_the_client_sends_the_noisy_release_only(tiny_checkpoint, cache_dir):
 
 @pytest.mark.slow
 def test_a_private_run_routes_the_noisy_embeddings(tiny_checkpoint, cache_dir, tmp_path):
-    from ripple_flwr.inprocess import InProcessGrid
-    from ripple_flwr.server import run_server
+    from ripple_flwr.app.server import run_server
+    from ripple_flwr.testing.inprocess import InProcessGrid
 
     results = {}
     for eps in (0.0, 1.0):

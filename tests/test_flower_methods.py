@@ -16,12 +16,12 @@ from conftest import FakeGrid
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import strategy as flower
 
-from ripple_flwr.config import RunSettings
-from ripple_flwr.methods import MethodInputs, get_method
-from ripple_flwr.mixing import uniform_sample
-from ripple_flwr.records import record_to_state, state_to_record
-from ripple_flwr.strategies.flower import FlowerModel, fedopt_kwargs
-from ripple_flwr.strategies.grid import SampledGrid
+from ripple_flwr.aggregation.mixing import uniform_sample
+from ripple_flwr.app.records import record_to_state, state_to_record
+from ripple_flwr.app.registry import MethodInputs, get_method
+from ripple_flwr.app.strategies.core.flower import FlowerModel, fedopt_kwargs
+from ripple_flwr.app.strategies.core.grid import SampledGrid
+from ripple_flwr.settings import RunSettings
 
 STATE = {
     "w": np.array([1.0, -2.0, 0.5, 3.0], dtype=np.float32),
@@ -189,7 +189,7 @@ def test_bad_reply_is_dropped_before_flower_sees_it():
 
 def test_a_new_one_model_method_needs_no_code_outside_its_file():
     # FedAvgM is in Flower but not in the app: one small class makes it a working method.
-    from ripple_flwr.strategies.flower import flower_kwargs
+    from ripple_flwr.app.strategies.core.flower import flower_kwargs
 
     class FedAvgMMethod(FlowerModel, flower.FedAvgM):
         def __init__(self, settings, initial_state):

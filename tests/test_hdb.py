@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import jensenshannon
 
-from ripple_flwr.hdb import (
+from ripple_flwr.aggregation.hdb import (
     HDBResult,
     _merge_light,
     collapse_weights,

@@ -1,7 +1,7 @@
 """One hostile or broken client never ruins a run (in-process grid, the real ClientApp).
 
 Each case runs a tiny federation twice, clean and with partition 1 misbehaving
-(:mod:`ripple_flwr.faults`), and checks that the run completes, the culprit is
+(:mod:`ripple_flwr.testing.faults`), and checks that the run completes, the culprit is
 named, the models stay finite and close to the clean run, and the headline
 figure is not moved by what the client claims.
 """
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from conftest import FakeGrid, tiny_run_config
 
-from ripple_flwr import faults
-from ripple_flwr.onboarding import load_run
-from ripple_flwr.server import run_server
+from ripple_flwr.app.server import run_server
+from ripple_flwr.runs.saved_runs import load_run
+from ripple_flwr.testing import faults
 
 BAD = 1  # the misbehaving partition
 
@@ -68,10 +68,10 @@ def test_huge_updates_are_dropped_and_named_models_stay_sane(
 
 
 def test_huge_updates_never_reach_ripples_cluster_models(cache_dir):
-    from ripple_flwr.config import RunSettings
-    from ripple_flwr.federation_cache import cached_federation
-    from ripple_flwr.records import state_to_record
-    from ripple_flwr.server import build_strategy, initial_state
+    from ripple_flwr.app.records import state_to_record
+    from ripple_flwr.app.server import build_strategy, initial_state
+    from ripple_flwr.data.cache import cached_federation
+    from ripple_flwr.settings import RunSettings
 
     stacked = {}
     for name, fault in (("clean", None), ("huge", faults.FAULTS["huge-weights"]())):
@@ -262,10 +262,10 @@ def test_when_every_client_is_left_out_rounds_send_nothing_and_the_run_ends(cach
 
 @pytest.mark.parametrize("method", ["ifca", "fesem", "cfl"])
 def test_huge_updates_never_reach_the_clustered_baselines_models(method, cache_dir):
-    from ripple_flwr.config import RunSettings
-    from ripple_flwr.federation_cache import cached_federation
-    from ripple_flwr.records import state_to_record
-    from ripple_flwr.server import build_strategy, initial_state
+    from ripple_flwr.app.records import state_to_record
+    from ripple_flwr.app.server import build_strategy, initial_state
+    from ripple_flwr.data.cache import cached_federation
+    from ripple_flwr.settings import RunSettings
 
     cfg = tiny_run_config(
         cache_dir, method=method, **{"clients-per-round": 6, "num-server-rounds": 2}

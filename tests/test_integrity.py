@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-import onboard
-from ripple_flwr.integrity import HASH_KEY, IntegrityError, content_sha256, seal, verify
-from ripple_flwr.models import build_model, get_state
-from ripple_flwr.onboarding import SavedRun, load_run, save_run
-from ripple_flwr.pretrain import load_checkpoint, save_checkpoint
-from ripple_flwr.vae import GMMVAE, GMMVAEConfig
+from ripple_flwr.cli import onboard
+from ripple_flwr.io.integrity import HASH_KEY, IntegrityError, content_sha256, seal, verify
+from ripple_flwr.router.pretrain import load_checkpoint, save_checkpoint
+from ripple_flwr.router.vae import GMMVAE, GMMVAEConfig
+from ripple_flwr.runs.saved_runs import SavedRun, load_run, save_run
+from ripple_flwr.training.models import build_model, get_state
 
 SHAPE = (1, 28, 28)
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from ripple_flwr.local import evaluate_model, train_local
-from ripple_flwr.models import build_model, get_state, set_state
+from ripple_flwr.training.loops import evaluate_model, train_local
+from ripple_flwr.training.models import build_model, get_state, set_state
 
 
 def _two_patterns(n: int = 64, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

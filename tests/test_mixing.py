@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ripple_flwr.mixing import (
+from ripple_flwr.aggregation.mixing import (
     cluster_mass,
     mix_model,
     mix_models,

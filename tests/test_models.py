@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from ripple_flwr.models import available_models, build_model, get_state, set_state
+from ripple_flwr.training.models import available_models, build_model, get_state, set_state
 
 
 def _forward(model: torch.nn.Module, shape: tuple[int, int, int], batch: int = 2) -> torch.Tensor:
@@ -163,7 +163,7 @@ def test_every_model_learns_mnist_with_the_apps_training_loop(name: str) -> None
     """A few epochs of the client's own SGD (lr 0.01, momentum 0.9, batch 32) on a
     mnist-5k subset: the training loss falls and held-out accuracy is far above chance."""
     from ripple_flwr.data import load_dataset
-    from ripple_flwr.local import evaluate_model, train_local
+    from ripple_flwr.training.loops import evaluate_model, train_local
 
     size, epochs = _LEARNING_BUDGET[name]
     data = load_dataset("mnist-5k")

@@ -11,15 +11,13 @@ import pytest
 import torch
 from conftest import tiny_run_config
 
-import onboard
-from ripple_flwr.config import RunSettings
-from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
-from ripple_flwr.federation_cache import cached_federation
-from ripple_flwr.hdb import collapse_weights
-from ripple_flwr.integrity import seal
-from ripple_flwr.mixing import mix_model
-from ripple_flwr.models import build_model, get_state
-from ripple_flwr.onboarding import (
+from ripple_flwr.aggregation.hdb import collapse_weights
+from ripple_flwr.aggregation.mixing import mix_model
+from ripple_flwr.cli import onboard
+from ripple_flwr.data.cache import cached_federation
+from ripple_flwr.io.integrity import seal
+from ripple_flwr.router.pretrain import load_checkpoint
+from ripple_flwr.runs.saved_runs import (
     SAVED_RUN_VERSION,
     Onboarder,
     SavedRun,
@@ -29,7 +27,9 @@ from ripple_flwr.onboarding import (
     save_model,
     save_run,
 )
-from ripple_flwr.pretrain import load_checkpoint
+from ripple_flwr.settings import RunSettings
+from ripple_flwr.training.models import build_model, get_state
+from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder
 
 HDB_MAP = np.array([0, 0, 1, 1])
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ripple_flwr.config import ConfigError, RunSettings
-from ripple_flwr.outputs import confined_results_path, output_root
-from ripple_flwr.server import run_server
+from ripple_flwr.app.server import run_server
+from ripple_flwr.runs.outputs import confined_results_path, output_root
+from ripple_flwr.settings import ConfigError, RunSettings
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import pytest
 import torch
 from conftest import tiny_pretrain_settings
 
-import pretrain_vae
-from ripple_flwr.pretrain import (
+from ripple_flwr.cli import pretrain as pretrain_vae
+from ripple_flwr.router.pretrain import (
     check_settings,
     load_checkpoint,
     pretrain,

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-import pretrain_vae
+from ripple_flwr.cli import pretrain as pretrain_vae
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from ripple_flwr.privacy import (
+from ripple_flwr.privacy.mechanism import (
     analytic_gaussian_delta,
     check_dp_params,
     classic_gaussian_sigma,
@@ -209,7 +209,7 @@ def test_log_space_noises_what_the_model_reads():
 
 
 def test_reference_projection_spans_the_predictive_directions():
-    from ripple_flwr.privacy import reference_projection
+    from ripple_flwr.privacy.mechanism import reference_projection
 
     rng = np.random.default_rng(7)
     n, p, k = 300, 40, 4

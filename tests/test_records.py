@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
-from ripple_flwr.inprocess import ensure_task_identity
-from ripple_flwr.records import from_array, record_to_state, state_to_record, to_array
-from ripple_flwr.strategies.replies import state_reference, validate_train_reply
+from ripple_flwr.app.records import from_array, record_to_state, state_to_record, to_array
+from ripple_flwr.app.strategies.core.replies import state_reference, validate_train_reply
+from ripple_flwr.testing.inprocess import ensure_task_identity
 
 CASES = [
     np.arange(12, dtype=np.float32).reshape(3, 4),

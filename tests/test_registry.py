@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from ripple_flwr import methods
-from ripple_flwr.config import ConfigError, RunSettings
-from ripple_flwr.methods import METHODS, MethodSpec, get_method, register
-from ripple_flwr.training_rules import CLIENT_RULES
+from ripple_flwr.app import registry as methods
+from ripple_flwr.app.registry import METHODS, MethodSpec, get_method, register
+from ripple_flwr.settings import ConfigError, RunSettings
+from ripple_flwr.training.rules import CLIENT_RULES
 
 
 def _spec(**over) -> MethodSpec:

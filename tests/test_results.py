@@ -9,14 +9,14 @@ import pytest
 from conftest import FakeGrid, tiny_run_config
 from flwr.app import Array, ArrayRecord
 
-from ripple_flwr.results import (
+from ripple_flwr.app.server import run_server
+from ripple_flwr.runs.results import (
     arrayrecord_nbytes,
     client_stats,
     routing_metrics,
     tail_mean,
     write_results,
 )
-from ripple_flwr.server import run_server
 
 
 def test_byte_accounting_counts_array_payloads():
@@ -54,7 +54,7 @@ def test_write_results_is_strict_json_with_a_plot(tmp_path):
 
 
 def test_assignment_picture_only_for_methods_that_cluster(tmp_path):
-    from ripple_flwr.assignment_plot import contingency
+    from ripple_flwr.runs.plots import contingency
 
     truth = [[0.9, 0.1], [0.2, 0.8], [1.0, 0.0]]
     base = {"settings": {"method": "x"}, "evaluations": [], "federation": {"true_mixtures": truth}}

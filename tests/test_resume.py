@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from conftest import FakeGrid, tiny_run_config
 
-from ripple_flwr.config import ConfigError
-from ripple_flwr.resume import decode, encode, load_server_state, save_server_state
-from ripple_flwr.server import run_server
+from ripple_flwr.app.server import run_server
+from ripple_flwr.runs.resume import decode, encode, load_server_state, save_server_state
+from ripple_flwr.settings import ConfigError
 
 
 class CrashingGrid(FakeGrid):

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from ripple_flwr.robust import (
+from ripple_flwr.aggregation.robust import (
     low_median,
     out_of_bound,
     state_norm,

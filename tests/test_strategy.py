@@ -10,19 +10,16 @@ import pytest
 from conftest import FakeGrid, tiny_run_config
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 
-from ripple_flwr.client import record_to_state, state_to_record
-from ripple_flwr.config import RunSettings
-from ripple_flwr.mixing import mix_models
-from ripple_flwr.pretrain import load_checkpoint
-from ripple_flwr.server import build_strategy, initial_state, run_server
-from ripple_flwr.strategies import (
-    FedAvgMethod,
-    LocalOnly,
-    NotEnoughClientsError,
-    RippleStrategy,
-)
-from ripple_flwr.strategies.admission import wait_for_nodes
-from ripple_flwr.strategies.base import client_train_config
+from ripple_flwr.aggregation.mixing import mix_models
+from ripple_flwr.app.client import record_to_state, state_to_record
+from ripple_flwr.app.server import build_strategy, initial_state, run_server
+from ripple_flwr.app.strategies.core.admission import NotEnoughClientsError, wait_for_nodes
+from ripple_flwr.app.strategies.core.base import client_train_config
+from ripple_flwr.app.strategies.fedavg import FedAvgMethod
+from ripple_flwr.app.strategies.local_only import LocalOnly
+from ripple_flwr.app.strategies.ripple import RippleStrategy
+from ripple_flwr.router.pretrain import load_checkpoint
+from ripple_flwr.settings import RunSettings
 
 
 # -- a hand-built client: exact arithmetic, no data ---------------------------------------------
@@ -111,7 +108,7 @@ def test_training_messages_carry_the_w_mix(tiny_checkpoint, cache_dir):
         cache_dir, method="ripple", checkpoint=str(tiny_checkpoint), **{"num-server-rounds": 1}
     )
     settings = RunSettings.from_run_config(cfg)
-    from ripple_flwr.federation_cache import cached_federation
+    from ripple_flwr.data.cache import cached_federation
 
     fed = cached_federation(settings)
     router = load_checkpoint(tiny_checkpoint).router("gmm-vae")
@@ -172,7 +169,7 @@ def test_stratified_sampling_covers_every_cluster():
 
 
 def _fake_clients(n):
-    from ripple_flwr.strategies import QueryResult
+    from ripple_flwr.app.strategies.core.admission import QueryResult
 
     return QueryResult(list(range(n)), list(range(n)), [10] * n, None)
 
@@ -346,7 +343,7 @@ def test_node_with_other_num_partitions_is_left_out(cache_dir):
     nodes = [{"partition-id": i, "num-partitions": 6} for i in range(5)]
     nodes.append({"partition-id": 5, "num-partitions": 7})  # misconfigured SuperNode
     settings = RunSettings.from_run_config(cfg)
-    from ripple_flwr.federation_cache import cached_federation
+    from ripple_flwr.data.cache import cached_federation
 
     fed = cached_federation(settings)
     state = initial_state(settings, fed.dataset.image_shape, fed.dataset.num_classes)
@@ -382,7 +379,7 @@ def test_baselines_share_sampling_bytes_and_evaluation(method, cache_dir, tmp_pa
 
 
 def _uniform_reference(cfg):
-    from ripple_flwr.mixing import uniform_sample
+    from ripple_flwr.aggregation.mixing import uniform_sample
 
     rng = np.random.default_rng(np.random.SeedSequence([cfg.get("seed", 0), 0x5A4D]))
     return [uniform_sample(6, 3, rng).tolist() for _ in range(cfg["num-server-rounds"])]

@@ -3,15 +3,15 @@
 import numpy as np
 import pytest
 
-import ripple_flwr.synthetic as synthetic
-from ripple_flwr.embedding import SpectralEmbedder
-from ripple_flwr.synthetic import (
+import ripple_flwr.router.synthetic as synthetic
+from ripple_flwr.router.synthetic import (
     BankSettings,
     build_bank,
     cached_bank,
     draw_mixtures,
     sample_client_indices,
 )
+from ripple_flwr.wst.embedder import SpectralEmbedder
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from ripple_flwr.local import train_local
-from ripple_flwr.training_rules import TRAINING_RULES, fedprox_rule, proximal_penalty
+from ripple_flwr.training.loops import train_local
+from ripple_flwr.training.rules import TRAINING_RULES, fedprox_rule, proximal_penalty
 
 
 def tiny_model() -> nn.Module:

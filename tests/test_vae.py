@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from ripple_flwr.routers import GMMVAERouter, MeanUnmixingRouter, UniformRouter, routing_l1
-from ripple_flwr.vae import (
+from ripple_flwr.router.routers import GMMVAERouter, MeanUnmixingRouter, UniformRouter, routing_l1
+from ripple_flwr.router.vae import (
     GMMVAE,
     GMMVAEConfig,
     LossWeights,
@@ -92,7 +92,7 @@ def test_config_validation():
 
 
 def test_training_settings_sized_for_the_device():
-    from ripple_flwr.pretrain import TrainSettings
+    from ripple_flwr.router.pretrain import TrainSettings
 
     ref = TrainSettings()
     # At the reference batch the schedule is the paper's (Table 5, our 6,000 steps).

@@ -9,13 +9,14 @@ import pytest
 from conftest import FakeGrid, tiny_run_config
 from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 
-from ripple_flwr.candidates import split_candidates
-from ripple_flwr.client import record_to_state, state_to_record
-from ripple_flwr.config import ConfigError, RunSettings
-from ripple_flwr.hdb import collapse_weights
-from ripple_flwr.mixing import mix_models
-from ripple_flwr.strategies import FedAvgMethod, RippleStrategy
-from ripple_flwr.strategies.zero_shot import onboard_new_clients
+from ripple_flwr.aggregation.hdb import collapse_weights
+from ripple_flwr.aggregation.mixing import mix_models
+from ripple_flwr.app.candidates import split_candidates
+from ripple_flwr.app.client import record_to_state, state_to_record
+from ripple_flwr.app.strategies.core.zero_shot import onboard_new_clients
+from ripple_flwr.app.strategies.fedavg import FedAvgMethod
+from ripple_flwr.app.strategies.ripple import RippleStrategy
+from ripple_flwr.settings import ConfigError, RunSettings
 
 STATE = {"w": np.array([1.0, 2.0, 3.0], dtype=np.float32), "n": np.array(0, dtype=np.int64)}
 
@@ -204,9 +205,9 @@ def test_new_clients_must_fit_the_dataset():
 
 def test_ripple_run_with_hdb_and_new_clients_end_to_end(tiny_checkpoint, cache_dir, tmp_path):
     """The real client handlers: zero-shot scores in the results, a saved run onboard.py reads."""
-    from ripple_flwr.federation_cache import cached_federation
-    from ripple_flwr.onboarding import Onboarder
-    from ripple_flwr.server import run_server
+    from ripple_flwr.app.server import run_server
+    from ripple_flwr.data.cache import cached_federation
+    from ripple_flwr.runs.saved_runs import Onboarder
 
     cfg = tiny_run_config(
         cache_dir,
@@ -254,10 +255,10 @@ def test_ripple_run_with_hdb_and_new_clients_end_to_end(tiny_checkpoint, cache_d
 
 def test_rotated_domains_are_found_before_round_one(tmp_path):
     """Rotation as the GMM-VAE's label: argmax w recovers the 4 rotations (ARI = 1)."""
-    from ripple_flwr.embedding import PrototypeSettings, SpectralEmbedder
-    from ripple_flwr.federation_cache import cached_federation
-    from ripple_flwr.results import routing_metrics
-    from ripple_flwr.server import resolve_checkpoint
+    from ripple_flwr.app.server import resolve_checkpoint
+    from ripple_flwr.data.cache import cached_federation
+    from ripple_flwr.runs.results import routing_metrics
+    from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder
 
     settings = RunSettings.from_run_config(
         {

@@ -1,0 +1,373 @@
+"""ServerApp logic: settings, router checkpoint (loaded or pre-trained, cached), run, results.
+
+``server_app.py`` only calls :func:`run_server`; everything here is plain
+Python over a Flower ``Grid``, so the tests drive it with an in-process grid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.serverapp import Grid
+
+from ripple_flwr.app.records import state_to_record
+from ripple_flwr.app.registry import MethodInputs, get_method
+from ripple_flwr.app.strategies.core.zero_shot import onboard_new_clients
+from ripple_flwr.data.cache import cached_federation
+from ripple_flwr.io.integrity import IntegrityError
+from ripple_flwr.router.pretrain import (
+    CHECKPOINT_VERSION,
+    Checkpoint,
+    checkpoint_settings,
+    load_checkpoint,
+    pretrain,
+)
+from ripple_flwr.router.synthetic import BANK_FORMAT_VERSION
+from ripple_flwr.runs.outputs import confined_results_path, output_root
+from ripple_flwr.runs.results import tail_mean, write_results
+from ripple_flwr.runs.resume import load_server_state
+from ripple_flwr.settings import ConfigError, RunSettings
+from ripple_flwr.training.models import build_model, get_state
+from ripple_flwr.wst.embedder import embedding_dim
+
+log = logging.getLogger("flwr.ripple")
+
+
+def checkpoint_cache_path(settings: RunSettings) -> Path:
+    """Where the run's pre-trained checkpoint is cached: a hash of the pretrain settings."""
+    ps = asdict(settings.pretrain_settings())
+    for volatile in ("cache_dir", "device"):
+        ps.pop(volatile, None)
+    # A change of the bank's sampling or of the checkpoint format invalidates it too.
+    ps["versions"] = [CHECKPOINT_VERSION, BANK_FORMAT_VERSION]
+    key = hashlib.sha256(json.dumps(ps, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    return settings.cache_root() / "checkpoints" / f"gmm-vae-{key}.pt"
+
+
+def resolve_checkpoint(
+    settings: RunSettings, image_shape: tuple[int, int, int]
+) -> tuple[Checkpoint, dict[str, Any]]:
+    """Load ``checkpoint`` (checked against the run), or pre-train one and cache it."""
+    ps = settings.pretrain_settings()
+    expected = checkpoint_settings(
+        ps, image_shape, embedding_dim(image_shape, settings.J, settings.L)
+    )
+    if settings.checkpoint:
+        path = Path(settings.checkpoint).expanduser()
+        try:
+            ckpt = load_checkpoint(path, expected)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+        return ckpt, {"checkpoint": str(path), "source": "config"}
+    path = checkpoint_cache_path(settings)
+    if path.is_file():
+        try:
+            ckpt = load_checkpoint(path, expected)
+            log.info("GMM-VAE checkpoint from cache %s", path)
+            return ckpt, {"checkpoint": str(path), "source": "cache"}
+        except ValueError as err:
+            log.warning("cached checkpoint %s unusable (%s); pre-training again", path, err)
+    log.info(
+        "pre-training the GMM-VAE (%d synthetic clients, %d steps); cached at %s",
+        ps.bank.num_clients,
+        ps.train.steps,
+        path,
+    )
+    ckpt, report = pretrain(ps, path, progress=False)
+    path.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
+    summary = {k: v for k, v in report.items() if k.startswith("routing_l1") or "seconds" in k}
+    return ckpt, {"checkpoint": str(path), "source": "pretrained", "report": summary}
+
+
+def initial_state(
+    settings: RunSettings, image_shape, num_classes: int, index: int = 0
+) -> dict[str, np.ndarray]:
+    """One seeded build: every cluster (and client) model starts from it.
+
+    ``index`` > 0 gives further, distinct seeded initialisations (IFCA's and
+    FeSEM's K models); index 0 is the run's one initial model.
+    """
+    seed = settings.seed
+    if index:
+        seed = int(np.random.SeedSequence([settings.seed, index]).generate_state(1)[0])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build_model(settings.model, image_shape, num_classes)
+    return get_state(model)
+
+
+def build_strategy(settings: RunSettings, state, federation, router=None):
+    """The strategy of ``settings.method``, built by its registry entry."""
+    shape, classes = federation.dataset.image_shape, federation.dataset.num_classes
+    inputs = MethodInputs(
+        settings,
+        state,
+        true_mixtures=federation.mixtures,
+        router=router,
+        fresh_state=lambda i: initial_state(settings, shape, classes, index=i),
+    )
+    return get_method(settings.method).build(inputs)
+
+
+def save_for_onboarding(
+    strategy, settings: RunSettings, dataset, path: Path, checkpoint_info: dict | None
+) -> Path | None:
+    """Write what zero-shot onboarding outside the run needs (``onboard.py`` reads it).
+
+    What is written is the method's registry entry's ``exports``: the cluster
+    models with the router checkpoint and the HDB map, a global model (router
+    ``none``), or nothing (a method with no model a new client could use).
+    """
+    from ripple_flwr.runs.saved_runs import SavedRun, save_run
+
+    exports = get_method(settings.method).exports
+    models = strategy.saved_models()
+    if exports == "none" or models is None:
+        return None
+    router = {"router": "none"}
+    if exports == "clusters":
+        ckpt = Path(checkpoint_info["checkpoint"]).expanduser().resolve()
+        router = {
+            "router": settings.router,
+            "router_checkpoint": str(ckpt),  # save_run records its SHA-256
+            "component_map": strategy.component_map,
+        }
+    run = SavedRun(
+        cluster_states=models,
+        model=settings.model,
+        image_shape=tuple(int(v) for v in dataset.image_shape),
+        num_classes=int(dataset.num_classes),
+        settings=settings.to_dict(),
+        **router,
+    )
+    path = save_run(path, run)
+    log.info(
+        "saved run for zero-shot onboarding: %s (python onboard.py %s --images ...)", path, path
+    )
+    return path
+
+
+# Settings a resumed run may change; every other one must equal the interrupted run's. The
+# held-out clients (drawn after, and apart from, the training clients) may change too: a
+# finished run resumed with other new clients onboards them without training again.
+RESUME_MAY_CHANGE = (
+    "resume",
+    "checkpoint-every",
+    "num-server-rounds",
+    "results-path",
+    "overwrite-results",
+    "round-timeout",
+    "node-wait-timeout",
+    "client-threads",
+    "cache-dir",
+    "new-clients",
+    "alpha-new",
+    "best-by-loss",
+)
+
+
+def load_resume_state(settings: RunSettings) -> dict[str, Any]:
+    """The server state to resume from, checked against this run before any work."""
+    path = Path(settings.resume).expanduser().resolve()
+    if not path.is_relative_to(output_root()):
+        raise ConfigError(
+            f"resume={settings.resume!r} is outside the server's output folder {output_root()}"
+        )
+    try:
+        state = load_server_state(path)
+    except (FileNotFoundError, IntegrityError) as err:
+        raise ConfigError(str(err)) from err
+    mine, theirs = settings.to_dict(), state["settings"]
+    differ = [
+        f"{k}: checkpoint has {theirs.get(k)!r}, run has {v!r}"
+        for k, v in mine.items()
+        if k not in RESUME_MAY_CHANGE and theirs.get(k) != v
+    ]
+    if differ:
+        raise ConfigError(
+            f"cannot resume from {path}: the run's settings differ from the interrupted run's:\n  "
+            + "\n  ".join(differ)
+        )
+    done = int(state["round"]) >= settings.num_server_rounds
+    if done and settings.new_clients and int(state["round"]) == settings.num_server_rounds:
+        log.info("%s is a finished run: onboarding its new clients only", path)
+    elif done:
+        raise ConfigError(
+            f"{path} is after round {state['round']}, but num-server-rounds="
+            f"{settings.num_server_rounds}: nothing left to run (raise num-server-rounds)"
+        )
+    return state
+
+
+def avoid_hugepage_stalls() -> None:
+    """Stop numpy from asking for transparent huge pages for its large arrays.
+
+    The server allocates a few (K, P) arrays per round. numpy marks arrays of
+    4 MB and more MADV_HUGEPAGE; with the kernel's usual ``defrag=madvise``
+    each first touch may then compact memory synchronously, which in a
+    process fragmented by torch cost 20 ms per 12 MB array here (more than
+    the arithmetic). Same as ``NUMPY_MADVISE_HUGEPAGE=0``, which must be set
+    before numpy is imported and so cannot be set from a ServerApp.
+    """
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:  # pragma: no cover - numpy < 2
+        return
+    _set_madvise_hugepage(False)
+
+
+def ship_embedding_dp(settings: RunSettings, ckpt, federation, strategy) -> dict[str, Any]:
+    """Fix the public DP mechanism from D_aux and the checkpoint; send it with every query."""
+    from ripple_flwr.app.client import embedder_for
+    from ripple_flwr.privacy.release import public_mechanism
+
+    t0 = time.perf_counter()
+    mech = public_mechanism(
+        ckpt,
+        federation,
+        embedder_for(settings, federation.dataset.image_shape),
+        epsilon=settings.embedding_dp_epsilon,
+        delta=settings.embedding_dp_delta,
+        clip=settings.embedding_dp_clip,
+        seed=settings.data_seed,
+        client_size=settings.partition_size,
+    )
+    strategy.roster.query_records = mech.to_records()
+    info = {
+        "epsilon": mech.epsilon,
+        "delta": mech.delta,
+        "clip": mech.clip,
+        "clip_source": "run config" if settings.embedding_dp_clip else "server reference (q=0.9)",
+        "sigma": mech.sigma,
+        "dims_noised": int(mech.basis.shape[1]),
+        "mechanism": "Gaussian (analytic), ridge projection in the GMM-VAE input space",
+        "seconds": time.perf_counter() - t0,
+    }
+    log.info(
+        "embedding DP: (%.3g, %.1g) per client, clip %.3f, sigma %.3f on %d coordinates",
+        mech.epsilon,
+        mech.delta,
+        mech.clip,
+        mech.sigma,
+        info["dims_noised"],
+    )
+    return info
+
+
+def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
+    """The whole ServerApp: validate, route, federate, evaluate, write results."""
+    t_start = time.perf_counter()
+    avoid_hugepage_stalls()
+    settings = RunSettings.from_run_config(run_config)
+    log.info("Ripple run: %s", json.dumps(settings.to_dict()))
+    results_path = confined_results_path(settings)  # before any work
+    saved_state = load_resume_state(settings) if settings.resume else None
+
+    t0 = time.perf_counter()
+    federation = cached_federation(settings)
+    dataset = federation.dataset
+    settings.check_image_shape(dataset.image_shape)
+    data_seconds = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    router, checkpoint_info, ckpt = None, None, None
+    if get_method(settings.method).needs_router:
+        ckpt, checkpoint_info = resolve_checkpoint(settings, dataset.image_shape)
+        router = ckpt.router(settings.router)
+    pretrain_seconds = time.perf_counter() - t0
+
+    state = initial_state(settings, dataset.image_shape, dataset.num_classes)
+    strategy = build_strategy(settings, state, federation, router)
+    embedding_dp = None
+    if settings.embedding_dp_epsilon:
+        embedding_dp = ship_embedding_dp(settings, ckpt, federation, strategy)
+    if settings.checkpoint_every:
+        strategy.checkpoint_path = results_path.with_suffix(".resume.npz")
+    if saved_state is not None:
+        strategy.prepare(grid)  # this process's query round: who is connected now
+        strategy.restore_server_state(saved_state)
+        state = saved_state["fields"].get("latest_global") or state
+        log.info("resumed after round %d from %s", strategy.round_offset, settings.resume)
+    result = strategy.start(
+        grid,
+        state_to_record(state),
+        num_rounds=settings.num_server_rounds,
+        timeout=settings.round_timeout,
+    )
+    del result
+    zero_shot = onboard_new_clients(strategy, grid) if settings.new_clients else {}
+
+    record = {**strategy.run_record(), "zero_shot": zero_shot}
+    saved_run = save_for_onboarding(
+        strategy, settings, dataset, results_path.with_suffix(".run.pt"), checkpoint_info
+    )
+    clients = strategy.clients
+    model_bytes = int(sum(v.nbytes for v in state.values()))
+    accuracy = [e["accuracy"]["weighted_mean"] for e in record["evaluations"]]
+    results = {
+        "settings": settings.to_dict(),
+        "federation": {
+            "dataset": dataset.name,
+            "image_shape": list(dataset.image_shape),
+            "num_classes": dataset.num_classes,
+            "true_mixtures": federation.mixtures,
+        },
+        "checkpoint": checkpoint_info,
+        "embedding_dp": embedding_dp,
+        "model_bytes": model_bytes,
+        "embedding_bytes_per_client": (
+            int(np.mean(clients.bytes_up)) if clients and clients.bytes_up else 0
+        ),
+        "final_accuracy": tail_mean(accuracy, 3),
+        # The share of clients the final figure covers (its last three evaluations).
+        "final_accuracy_coverage": min(
+            (e["coverage"] for e in record["evaluations"][-3:]), default=0.0
+        ),
+        "accuracy_per_round": {
+            str(e["round"]): {
+                "weighted_mean": e["accuracy"]["weighted_mean"],
+                "mean": e["accuracy"]["mean"],
+                "std": e["accuracy"]["std"],
+                "scored": e["scored"],
+                "expected": e["expected"],
+                "coverage": e["coverage"],
+            }
+            for e in record["evaluations"]
+        },
+        "saved_run": None if saved_run is None else str(saved_run),
+        "num_models": strategy.num_models,
+        "zero_shot_accuracy": (zero_shot.get("accuracy") or {}).get("weighted_mean"),
+        "train_loss_per_round": {str(r["round"]): r["train_loss"] for r in record["rounds"]},
+        "bytes_per_round": {
+            str(r["round"]): {"down": r["bytes_down"], "up": r["bytes_up"]}
+            for r in record["rounds"]
+        },
+        **record,
+    }
+    timings = record["timings"]
+    results["timings"] = {
+        "data": data_seconds,
+        "pretrain_or_load": pretrain_seconds,
+        "query": timings["query"],
+        "rounds": timings["rounds"],
+        "evaluation": timings["evaluation"],
+        "total": time.perf_counter() - t_start,
+    }
+    path = write_results(results_path, results)
+    log.info(
+        "Ripple run finished: final personalised accuracy %.4f (mean of last 3 evaluations, "
+        "coverage %.2f of clients); results written to %s (plot %s)",
+        results["final_accuracy"],
+        results["final_accuracy_coverage"],
+        path,
+        path.with_suffix(".png"),
+    )
+    return path

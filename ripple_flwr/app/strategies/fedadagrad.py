@@ -1,0 +1,21 @@
+"""FedAdagrad (Reddi et al., 2021, https://arxiv.org/abs/2003.00295): Flower's own class."""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.serverapp.strategy import FedAdagrad
+
+from ripple_flwr.app.strategies.core.flower import FlowerModel, fedopt_kwargs, flower_kwargs
+from ripple_flwr.settings import RunSettings
+
+
+class FedAdagradMethod(FlowerModel, FedAdagrad):
+    """Flower's FedAdagrad over the app's clients; eta and tau from the run config."""
+
+    checkpoint_fields = ("current_arrays", "m_t", "v_t")  # Flower's FedOpt state
+
+    def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
+        FedAdagrad.__init__(
+            self, **flower_kwargs(settings), **fedopt_kwargs(settings, moments=False)
+        )
+        self._init_app(settings, initial_state)

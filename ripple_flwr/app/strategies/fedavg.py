@@ -1,0 +1,17 @@
+"""FedAvg (McMahan et al., 2017, https://arxiv.org/abs/1602.05629): Flower's own class."""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.serverapp.strategy import FedAvg
+
+from ripple_flwr.app.strategies.core.flower import FlowerModel, flower_kwargs
+from ripple_flwr.settings import RunSettings
+
+
+class FedAvgMethod(FlowerModel, FedAvg):
+    """Flower's FedAvg (weighted by ``num-examples``) over the app's clients."""
+
+    def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
+        FedAvg.__init__(self, **flower_kwargs(settings))
+        self._init_app(settings, initial_state)

@@ -1,0 +1,21 @@
+"""FedMedian (Yin et al., 2018, https://arxiv.org/abs/1803.01498): Flower's own class.
+
+The coordinate-wise median of the replies: robust to a minority of
+arbitrary updates, at some cost in accuracy on honest heterogeneous data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.serverapp.strategy import FedMedian
+
+from ripple_flwr.app.strategies.core.flower import FlowerModel, flower_kwargs
+from ripple_flwr.settings import RunSettings
+
+
+class FedMedianMethod(FlowerModel, FedMedian):
+    """Flower's FedMedian over the app's clients."""
+
+    def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
+        FedMedian.__init__(self, **flower_kwargs(settings))
+        self._init_app(settings, initial_state)

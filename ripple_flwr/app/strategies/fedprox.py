@@ -1,0 +1,21 @@
+"""FedProx (Li et al., 2020, https://arxiv.org/abs/1812.06127): Flower's own class.
+
+Flower's ``FedProx.configure_train`` puts ``proximal-mu`` in every training
+message; the client's ``fedprox`` training rule adds mu/2 ||w - w_global||^2.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.serverapp.strategy import FedProx
+
+from ripple_flwr.app.strategies.core.flower import FlowerModel, flower_kwargs
+from ripple_flwr.settings import RunSettings
+
+
+class FedProxMethod(FlowerModel, FedProx):
+    """Flower's FedProx over the app's clients; ``proximal-mu`` from the run config."""
+
+    def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
+        FedProx.__init__(self, **flower_kwargs(settings), proximal_mu=settings.proximal_mu)
+        self._init_app(settings, initial_state)

@@ -1,0 +1,5 @@
+"""The bodies of the command-line tools ``pretrain_vae.py`` and ``onboard.py`` (the top-level
+files are thin shims).
+
+May import any layer but :mod:`ripple_flwr.testing`.
+"""

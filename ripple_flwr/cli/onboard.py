@@ -1,0 +1,117 @@
+"""Zero-shot onboarding of a new client from a finished Ripple run (phase 4), standalone.
+
+The client's images are summarised (WST embedding, or mean image for the
+mean-unmixing router), the run's frozen router turns the summary into
+cluster weights w in one forward pass, and the client's model
+theta = sum_c w_c theta_c is written to a file. No training, no gradient.
+
+Prints one JSON line: run, num_images, weights, model_weights,
+top_component, model (the written file) and ms (summary + route + mix).
+
+example:
+    python onboard.py outputs/ripple-ripple-seed0.run.pt --images client.npy \\
+        --out client.model.pt --json client.onboard.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ripple_flwr.runs.saved_runs import Onboarder, save_model
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="onboard.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "run",
+        metavar="RUN_FILE",
+        help="saved run (written by a ripple-flwr run next to its results JSON)",
+    )
+    p.add_argument(
+        "--images",
+        required=True,
+        help="the client's images: .npy, or .npz with key 'images'; float32 in [0, 1], "
+        "shape (N, C, H, W) or (N, H, W); uint8 is divided by 255",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="where to write the personalised model (default: <images stem>.model.pt "
+        "next to the images)",
+    )
+    p.add_argument("--json", default=None, help="also write the JSON report to this file")
+    p.add_argument("--device", default="cpu", help="torch device: cpu, cuda or auto (default: cpu)")
+    return p.parse_args(argv)
+
+
+def load_images(path: Path) -> np.ndarray:
+    """Images from .npy or .npz (key ``images``); uint8 scaled to [0, 1] with a note."""
+    if not path.is_file():
+        raise FileNotFoundError(f"images file {path} not found")
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        images = np.load(path, allow_pickle=False)
+    elif suffix == ".npz":
+        with np.load(path, allow_pickle=False) as f:
+            if "images" not in f.files:
+                raise ValueError(f"{path} has no array 'images' (it has: {', '.join(f.files)})")
+            images = f["images"]
+    else:
+        raise ValueError(f"images file {path} must be .npy or .npz, got {suffix or 'no suffix'}")
+    if images.dtype == np.uint8:
+        print(
+            f"note: {path.name} holds uint8 pixels; onboarding with float32 pixels / 255",
+            file=sys.stderr,
+        )
+        images = images.astype(np.float32) / 255.0
+    return images
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except SystemExit as stop:  # --help (0) or a usage error (2), already printed
+        return int(stop.code or 0)
+    try:
+        images_path = Path(args.images).expanduser()
+        images = load_images(images_path)
+        onboarder = Onboarder.from_path(args.run, device=args.device)
+        t0 = time.perf_counter()
+        result = onboarder.onboard(images)
+        ms = (time.perf_counter() - t0) * 1000.0
+        out = Path(args.out) if args.out else images_path.with_name(f"{images_path.stem}.model.pt")
+        written = save_model(out, result, onboarder.run)
+        report = {
+            "run": str(args.run),
+            "router": onboarder.run.router,
+            "num_images": int(len(images)),
+            "weights": [float(w) for w in result.weights],
+            "model_weights": [float(w) for w in result.model_weights],
+            "top_component": int(np.argmax(result.weights)),
+            "model": str(written),
+            "ms": round(ms, 3),
+        }
+        line = json.dumps(report)
+        if args.json:
+            path = Path(args.json).expanduser()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(line + "\n")
+    except (FileNotFoundError, ValueError, OSError) as err:
+        print("error: " + " ".join(str(err).split()), file=sys.stderr)
+        return 2
+    print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

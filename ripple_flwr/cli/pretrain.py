@@ -1,0 +1,402 @@
+"""Pre-train Ripple's GMM-VAE router on synthetic clients (phase 1), standalone.
+
+Writes the checkpoint the federation routes with, and a JSON report of
+timings and routing errors (GMM-VAE vs the uniform and mean-unmixing
+references, on held-out synthetic clients and on real clients).
+
+    python pretrain_vae.py --dataset mnist-5k --output outputs/gmm_vae.pt
+
+Every option is checked before any work (bank, training): a bad one ends
+in one line, ``pretrain_vae.py: error: ...``, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import resource
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from ripple_flwr.data import available_datasets, fold_labels, load_dataset, server_aux_split
+from ripple_flwr.router.pretrain import PretrainSettings, TrainSettings, pretrain, resolve_device
+from ripple_flwr.router.synthetic import ALPHA_DISTRIBUTIONS, BankSettings
+from ripple_flwr.router.vae import SUPERVISED_DIVERGENCES, LossWeights
+from ripple_flwr.wst.embedder import validate_scattering
+
+# A D_aux component with fewer images cannot give a synthetic client two distinct rows.
+MIN_AUX_PER_COMPONENT = 2
+
+
+class UsageError(ValueError):
+    """A bad option, found before any work; the message names the option and the fix."""
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse's own errors (bad type, unknown choice) in one line too, not usage + error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    d, b, t, w = PretrainSettings(), BankSettings(), TrainSettings(), LossWeights()
+    p = _OneLineParser(
+        prog="pretrain_vae.py",
+        description=__doc__,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    g = p.add_argument_group("data")
+    g.add_argument(
+        "--dataset",
+        default=d.dataset,
+        choices=available_datasets(),
+        help="dataset D_aux and the real test clients come from",
+    )
+    g.add_argument("--data-root", default=None, help="local root of the dataset files")
+    g.add_argument(
+        "--label-kind",
+        default=d.label_kind,
+        choices=["class", "domain"],
+        help="what the clusters follow: class label, or domain (rotated-*)",
+    )
+    g.add_argument(
+        "--aux-size",
+        type=int,
+        default=d.aux_size,
+        help="size of the server's labelled auxiliary set D_aux",
+    )
+    g.add_argument(
+        "--data-seed",
+        type=int,
+        default=d.data_seed,
+        help="seed of the D_aux split (must equal the federation's data seed)",
+    )
+    g = p.add_argument_group("embedding")
+    g.add_argument(
+        "-K",
+        "--num-components",
+        type=int,
+        default=d.num_components,
+        help="number of GMM components / clusters K",
+    )
+    g.add_argument("-J", type=int, default=d.J, help="scattering scales")
+    g.add_argument("-L", type=int, default=d.L, help="scattering orientations")
+    g.add_argument(
+        "-M",
+        "--svd-rank",
+        type=int,
+        default=d.svd_rank,
+        help="principal components in the prototype (ignored with --rho)",
+    )
+    g.add_argument(
+        "--rho",
+        "--explained-variance",
+        dest="explained_variance",
+        type=float,
+        default=None,
+        help="choose M per client by explained variance (0.90-0.99)",
+    )
+    g = p.add_argument_group("synthetic clients")
+    g.add_argument("--n-syn", type=int, default=b.client_size, help="images per synthetic client")
+    g.add_argument(
+        "--bank-size",
+        type=int,
+        default=b.num_clients,
+        help="synthetic clients in the training bank",
+    )
+    g.add_argument(
+        "--heldout-clients",
+        type=int,
+        default=d.heldout_clients,
+        help="held-out synthetic clients for early stopping and the report",
+    )
+    g.add_argument("--alpha-low", type=float, default=b.alpha_low, help="smallest Dirichlet alpha")
+    g.add_argument("--alpha-high", type=float, default=b.alpha_high, help="largest Dirichlet alpha")
+    g.add_argument(
+        "--alpha-dist",
+        default=b.alpha_dist,
+        choices=list(ALPHA_DISTRIBUTIONS),
+        help="how alpha is drawn (the paper: uniform in [0.1, 5])",
+    )
+    g.add_argument(
+        "--cache-dir",
+        default=None,
+        help="bank cache folder (default $RIPPLE_CACHE_DIR or ~/.cache/ripple-flwr/"
+        "banks; '' disables)",
+    )
+    g = p.add_argument_group("training")
+    g.add_argument("--steps", type=int, default=t.steps, help="optimiser steps (max)")
+    g.add_argument("--batch-size", type=int, default=t.batch_size, help="batch size")
+    g.add_argument("--lr", type=float, default=t.lr, help="AdamW learning rate")
+    g.add_argument("--weight-decay", type=float, default=t.weight_decay, help="AdamW weight decay")
+    g.add_argument(
+        "--eval-every", type=int, default=t.eval_every, help="steps between held-out evaluations"
+    )
+    g.add_argument(
+        "--patience",
+        type=int,
+        default=t.patience,
+        help="evaluations without improvement before stopping",
+    )
+    g.add_argument(
+        "--lr-schedule",
+        default=t.lr_schedule,
+        choices=["constant", "cosine"],
+        help="learning-rate schedule over --steps",
+    )
+    g.add_argument(
+        "--ema",
+        type=float,
+        default=t.ema,
+        help="decay of the weight average that is evaluated and saved (0 = off)",
+    )
+    g.add_argument("--lambda-sup", type=float, default=w.lambda_sup, help="supervised weight")
+    g.add_argument("--lambda-kl", type=float, default=w.lambda_kl, help="KL weight")
+    g.add_argument("--lambda-rec", type=float, default=w.lambda_rec, help="reconstruction weight")
+    g.add_argument(
+        "--supervised",
+        default=w.supervised,
+        choices=SUPERVISED_DIVERGENCES,
+        help="supervised term: KL(q||y) (paper) or KL(y||q)",
+    )
+    g.add_argument(
+        "--prune",
+        type=float,
+        default=t.prune,
+        help="zero cluster weights below this and renormalise",
+    )
+    g.add_argument("--latent-dim", type=int, default=d.latent_dim, help="d_z")
+    g = p.add_argument_group("run")
+    g.add_argument(
+        "--real-clients",
+        type=int,
+        default=d.real_clients,
+        help="real clients per alpha for the routing report",
+    )
+    g.add_argument("--seed", type=int, default=d.seed, help="seed of training and the report")
+    g.add_argument("--bank-seed", type=int, default=b.seed, help="seed of the synthetic bank")
+    g.add_argument("--device", default=d.device, help="auto, cpu or cuda")
+    g.add_argument("--output", default="outputs/gmm_vae.pt", help="checkpoint path")
+    g.add_argument(
+        "--report", default=None, help="JSON report path (default: checkpoint path with .json)"
+    )
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p.parse_args(argv)
+
+
+def settings_from_args(a: argparse.Namespace) -> PretrainSettings:
+    return PretrainSettings(
+        dataset=a.dataset,
+        data_root=a.data_root,
+        label_kind=a.label_kind,
+        aux_size=a.aux_size,
+        data_seed=a.data_seed,
+        num_components=a.num_components,
+        J=a.J,
+        L=a.L,
+        svd_rank=a.svd_rank,
+        explained_variance=a.explained_variance,
+        bank=BankSettings(
+            num_clients=a.bank_size,
+            client_size=a.n_syn,
+            alpha_low=a.alpha_low,
+            alpha_high=a.alpha_high,
+            alpha_dist=a.alpha_dist,
+            seed=a.bank_seed,
+        ),
+        heldout_clients=a.heldout_clients,
+        train=TrainSettings(
+            steps=a.steps,
+            batch_size=a.batch_size,
+            lr=a.lr,
+            weight_decay=a.weight_decay,
+            eval_every=a.eval_every,
+            patience=a.patience,
+            prune=a.prune,
+            lr_schedule=a.lr_schedule,
+            ema=a.ema,
+            loss=LossWeights(a.lambda_sup, a.lambda_kl, a.lambda_rec, a.supervised),
+        ),
+        latent_dim=a.latent_dim,
+        seed=a.seed,
+        device=a.device,
+        real_clients=a.real_clients,
+        real_client_size=a.n_syn,
+        cache_dir=a.cache_dir,
+    )
+
+
+def _check_options(a: argparse.Namespace) -> None:
+    """Ranges of every numeric option and the device; no data is read."""
+
+    def need(ok: bool, option: str, rule: str, value: object) -> None:
+        if not ok:
+            raise UsageError(f"{option} must be {rule}, got {value!r}")
+
+    def finite(x: float) -> bool:
+        return isinstance(x, (int, float)) and math.isfinite(x)
+
+    need(a.num_components >= 2, "-K (num-components)", ">= 2 (K clusters)", a.num_components)
+    need(a.J >= 1, "-J", ">= 1 (scattering scales)", a.J)
+    need(a.L >= 1, "-L", ">= 1 (scattering orientations)", a.L)
+    need(a.svd_rank >= 0, "-M/--svd-rank", ">= 0 (principal components)", a.svd_rank)
+    if a.explained_variance is not None:
+        need(
+            finite(a.explained_variance) and 0 < a.explained_variance <= 1,
+            "--rho",
+            "in (0, 1] (e.g. 0.90-0.99)",
+            a.explained_variance,
+        )
+    need(a.aux_size >= 1, "--aux-size", ">= 1 (images in D_aux)", a.aux_size)
+    need(a.n_syn >= 2, "--n-syn", ">= 2 (images per synthetic client)", a.n_syn)
+    need(a.bank_size >= 1, "--bank-size", ">= 1 (synthetic clients)", a.bank_size)
+    need(a.heldout_clients >= 1, "--heldout-clients", ">= 1", a.heldout_clients)
+    need(finite(a.alpha_low) and a.alpha_low > 0, "--alpha-low", "a number > 0", a.alpha_low)
+    need(
+        finite(a.alpha_high) and a.alpha_high >= a.alpha_low,
+        "--alpha-high",
+        f">= --alpha-low ({a.alpha_low})",
+        a.alpha_high,
+    )
+    need(a.steps >= 1, "--steps", ">= 1 (optimiser steps)", a.steps)
+    need(a.batch_size >= 1, "--batch-size", ">= 1", a.batch_size)
+    need(finite(a.lr) and a.lr > 0, "--lr", "a number > 0 (AdamW learning rate, e.g. 5e-4)", a.lr)
+    need(finite(a.weight_decay) and a.weight_decay >= 0, "--weight-decay", ">= 0", a.weight_decay)
+    need(a.eval_every >= 1, "--eval-every", ">= 1 (steps)", a.eval_every)
+    need(a.patience >= 1, "--patience", ">= 1 (evaluations)", a.patience)
+    need(finite(a.ema) and 0 <= a.ema < 1, "--ema", "in [0, 1) (0 = off)", a.ema)
+    need(finite(a.prune) and 0 <= a.prune < 1, "--prune", "in [0, 1)", a.prune)
+    for option, value in (
+        ("--lambda-sup", a.lambda_sup),
+        ("--lambda-kl", a.lambda_kl),
+        ("--lambda-rec", a.lambda_rec),
+    ):
+        need(finite(value) and value >= 0, option, "a number >= 0", value)
+    need(a.latent_dim >= 1, "--latent-dim", ">= 1", a.latent_dim)
+    need(
+        a.real_clients >= 1,
+        "--real-clients",
+        ">= 1 (clients per alpha in the report)",
+        a.real_clients,
+    )
+    try:
+        resolve_device(a.device)
+    except ValueError as err:
+        raise UsageError(f"--device: {err}") from err
+    if a.device != "auto":
+        import torch
+
+        try:
+            torch.device(a.device)
+        except RuntimeError as err:
+            raise UsageError(
+                f"--device {a.device!r} is not a torch device; use auto, cpu, cuda or cuda:N"
+            ) from err
+
+
+def _check_writable(path: Path, option: str, *, folder: bool = False) -> None:
+    """Create the folder (``path``'s parent unless ``folder``) and write a scratch file there."""
+    where = path if folder else path.parent
+    if not folder and path.is_dir():
+        raise UsageError(f"{option} {path} is a folder; give a file path (e.g. {path}/gmm_vae.pt)")
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=where, prefix=".ripple-write-test-"):
+            pass
+    except OSError as err:
+        reason = err.strerror or str(err)
+        raise UsageError(
+            f"{option}: cannot write to {where} ({reason}); choose a folder you can write to"
+        ) from err
+
+
+def _check_data(a: argparse.Namespace) -> None:
+    """Options that depend on the dataset: J vs the image, D_aux vs the labels and the pool."""
+    try:
+        dataset = load_dataset(a.dataset, a.data_root)
+    except (OSError, ValueError) as err:
+        raise UsageError(f"--dataset {a.dataset}: {' '.join(str(err).split())}") from err
+    try:
+        cluster, _ = dataset.cluster_labels(a.label_kind)
+    except ValueError as err:
+        raise UsageError(f"--label-kind {a.label_kind}: {err}") from err
+    try:
+        validate_scattering(tuple(dataset.image_shape), a.J, a.L)
+    except ValueError as err:
+        raise UsageError(f"-J/-L: {err}") from err
+    try:
+        aux, pool = server_aux_split(cluster, a.aux_size, a.data_seed)
+    except ValueError as err:
+        raise UsageError(f"--aux-size: {err} for {a.dataset} ({a.label_kind} labels)") from err
+    k = a.num_components
+    per_component = np.bincount(fold_labels(cluster[aux], k), minlength=k)
+    if per_component.min() < MIN_AUX_PER_COMPONENT:
+        labels = len(np.unique(cluster))
+        fix = (
+            f"-K must be <= {labels}, the number of {a.label_kind} labels of {a.dataset}"
+            if k > labels
+            else f"raise --aux-size (now {a.aux_size})"
+        )
+        raise UsageError(
+            f"--aux-size {a.aux_size} with -K {k} leaves component {int(per_component.argmin())} "
+            f"with {int(per_component.min())} image(s) in D_aux (need >= "
+            f"{MIN_AUX_PER_COMPONENT} each); {fix}"
+        )
+    if len(pool) < a.n_syn:
+        raise UsageError(
+            f"--n-syn {a.n_syn} is larger than the {len(pool)} images left outside D_aux for "
+            "the real clients of the report; lower --n-syn or --aux-size"
+        )
+
+
+def validate(a: argparse.Namespace) -> PretrainSettings:
+    """Every option, the output paths and the data they need, before any work.
+
+    Raises :class:`UsageError` naming the option and the fix.
+    """
+    _check_options(a)
+    output = Path(a.output).expanduser()
+    report = Path(a.report).expanduser() if a.report else output.with_suffix(".json")
+    if report.resolve() == output.resolve():
+        raise UsageError(f"--report {report} is the checkpoint path; give another file")
+    _check_writable(output, "--output")
+    _check_writable(report, "--report")
+    if a.cache_dir:
+        _check_writable(Path(a.cache_dir).expanduser(), "--cache-dir", folder=True)
+    try:
+        settings = settings_from_args(a)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    _check_data(a)
+    return settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        args = parse_args(argv)
+    except SystemExit as stop:  # --help (0) or an argparse error (2), already printed
+        return int(stop.code or 0)
+    try:
+        settings = validate(args)
+    except UsageError as err:
+        print(f"pretrain_vae.py: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    _, report = pretrain(settings, args.output, progress=not args.no_progress)
+    report["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    path = Path(args.report or Path(args.output).with_suffix(".json"))
+    path.write_text(json.dumps(report, indent=2))
+    summary = {k: v for k, v in report.items() if k not in ("history", "settings")}
+    print(json.dumps(summary, indent=2))
+    print(f"checkpoint: {args.output}\nreport: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,493 @@
+"""Phase 1: pre-train the GMM-VAE on synthetic clients, save and load checkpoints.
+
+Everything a run needs to trust a checkpoint is in it: the weights (with
+the normalisation statistics), the auxiliary set's per-component means (for
+the mean-unmixing reference) and every setting that must match at
+inference. Loading uses ``torch.load(weights_only=True)``: no arbitrary
+objects are ever unpickled.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ripple_flwr.data import (
+    fold_labels,
+    load_dataset,
+    mixture_of,
+    sample_dirichlet_clients,
+    server_aux_split,
+)
+from ripple_flwr.io.integrity import seal, verify
+from ripple_flwr.router.routers import GMMVAERouter, MeanUnmixingRouter, UniformRouter, routing_l1
+from ripple_flwr.router.synthetic import BankSettings, SyntheticBank, cached_bank
+from ripple_flwr.router.vae import GMMVAE, GMMVAEConfig, LossWeights, gmm_vae_loss, prune_weights
+from ripple_flwr.runs.results import to_jsonable
+from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_VERSION = 1
+# Settings a run must share with the checkpoint it routes with.
+MATCHING_KEYS = (
+    "checkpoint_version",
+    "image_shape",
+    "J",
+    "L",
+    "svd_rank",
+    "explained_variance",
+    "num_components",
+    "embedding_dim",
+    "label_kind",
+)
+
+
+# Batch a device trains with unless ``device_batch`` says otherwise. A GPU step is
+# launch-bound (6.6 ms at batch 64 and 7.1 ms at 256 on an H200), so larger batches
+# are nearly free there; on a CPU a sample costs ~1.8x less at 256 than at 64 (the
+# optimiser and the weight average run once per step). Held-out / real Dir(0.1) /
+# real Dir(1.0) routing L1 at the same samples seen (H200, mnist-5k): batch 64
+# 0.139 / 0.163 / 0.219, 128 0.138 / 0.156 / 0.218, 256 0.140 / 0.161 / 0.220,
+# 512 0.143 / 0.166 / 0.222, 1024 0.152 / 0.173 / 0.225; half the samples at 256:
+# 0.149 / 0.174 / 0.225 (so the samples seen are kept).
+_DEVICE_BATCH = {"cpu": 256, "cuda": 256}
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Optimisation of the GMM-VAE (paper Table 5: AdamW 5e-4, wd 1e-4, batch 64).
+
+    ``steps``, ``lr``, ``eval_every`` and ``ema`` describe the schedule at
+    ``batch_size``. The batch actually used is ``device_batch`` (None: the
+    device's, see ``_DEVICE_BATCH``); when it differs, :meth:`for_device`
+    keeps the samples seen (steps scaled down), evaluates and averages
+    weights per sample, and scales the learning rate by sqrt(batch ratio).
+    """
+
+    steps: int = 6_000
+    batch_size: int = 64
+    lr: float = 5e-4
+    weight_decay: float = 1e-4
+    eval_every: int = 500
+    patience: int = 6
+    prune: float = 0.01
+    lr_schedule: str = "cosine"
+    ema: float = 0.999
+    loss: LossWeights = field(default_factory=LossWeights)
+    device_batch: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.eval_every < 1:
+            raise ValueError("steps, batch size and eval-every must be >= 1")
+        if self.device_batch is not None and self.device_batch < 1:
+            raise ValueError(f"device batch must be >= 1, got {self.device_batch}")
+        if not 0 <= self.prune < 1:
+            raise ValueError(f"prune threshold must be in [0, 1), got {self.prune}")
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise ValueError(
+                f"lr schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}"
+            )
+        if not 0 <= self.ema < 1:
+            raise ValueError(f"ema decay must be in [0, 1), got {self.ema}")
+
+    def for_device(self, device: str | torch.device) -> TrainSettings:
+        """The same schedule at the batch ``device`` trains with (see the class doc)."""
+        batch = self.device_batch or _DEVICE_BATCH.get(torch.device(device).type, self.batch_size)
+        if batch == self.batch_size:
+            return replace(self, device_batch=batch)
+        ratio = batch / self.batch_size
+        return replace(
+            self,
+            batch_size=batch,
+            device_batch=batch,
+            steps=max(1, round(self.steps / ratio)),
+            lr=self.lr * ratio**0.5,
+            eval_every=max(1, round(self.eval_every / ratio)),
+            ema=self.ema**ratio,
+        )
+
+
+@dataclass(frozen=True)
+class PretrainSettings:
+    """Everything the pre-training job depends on."""
+
+    dataset: str = "mnist-5k"
+    data_root: str | None = None
+    label_kind: str = "class"
+    aux_size: int = 1000
+    data_seed: int = 0
+    num_components: int = 10
+    J: int = 3
+    L: int = 8
+    svd_rank: int = 20
+    explained_variance: float | None = None
+    bank: BankSettings = field(default_factory=BankSettings)
+    heldout_clients: int = 1000
+    train: TrainSettings = field(default_factory=TrainSettings)
+    vae_hidden: tuple[int, ...] = (1024, 512, 256, 128)
+    latent_dim: int = 32
+    seed: int = 0
+    device: str = "auto"
+    real_clients: int = 100
+    real_client_size: int = 200
+    real_alphas: tuple[float, ...] = (0.1, 1.0)
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_components < 2:
+            raise ValueError(f"K (num-components) must be >= 2, got {self.num_components}")
+        if self.label_kind not in ("class", "domain"):
+            raise ValueError(f"label-kind must be 'class' or 'domain', got {self.label_kind!r}")
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available; use 'auto'")
+    return device
+
+
+# -- training ----------------------------------------------------------------------------
+def train_gmm_vae(
+    bank: SyntheticBank,
+    val_bank: SyntheticBank,
+    config: GMMVAEConfig,
+    settings: TrainSettings,
+    *,
+    seed: int = 0,
+    device: str = "cpu",
+    progress: bool = False,
+) -> tuple[GMMVAE, list[dict]]:
+    """Train on the bank, keep the state with the lowest held-out routing L1.
+
+    The evaluated (and returned) weights are an exponential moving average
+    of the trained ones (``ema``), and the learning rate follows a cosine
+    decay: both remove most of the step-to-step noise of the held-out error.
+    Stops early after ``patience`` evaluations without improvement. Every
+    random choice (initialisation, batches, sampled components, noise) comes
+    from ``seed``. Settings left at None are sized for ``device``
+    (:meth:`TrainSettings.for_device`). Between evaluations nothing is read
+    back from the device, so a GPU is never stalled by the loop.
+    """
+    settings = settings.for_device(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = GMMVAE(config)
+    model.set_normalisation(bank.embeddings)
+    model.to(device)
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    x = torch.from_numpy(bank.embeddings).to(device)
+    y = torch.from_numpy(bank.targets).to(device)
+    x_val = torch.from_numpy(val_bank.embeddings).to(device)
+    # The fused kernel makes AdamW ~3x cheaper on CPU (it was half of each step).
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay, fused=True
+    )
+    sched = None
+    if settings.lr_schedule == "cosine":
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=settings.steps)
+    averaged = copy.deepcopy(model) if settings.ema > 0 else model
+    trained, kept = list(model.parameters()), list(averaged.parameters())
+    history: list[dict] = []
+    best = (float("inf"), copy.deepcopy(averaged.state_dict()), 0)
+    stale = 0
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=settings.steps, desc="GMM-VAE", unit="step")
+    running: dict[str, torch.Tensor] = {}
+    for step in range(1, settings.steps + 1):
+        model.train()
+        idx = torch.randint(len(x), (settings.batch_size,), generator=gen, device=device)
+        loss, parts = gmm_vae_loss(model, x[idx], y[idx], settings.loss, generator=gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+        if averaged is not model:
+            # Warm-up of the decay (as TensorFlow's EMA with num_updates): early
+            # steps are not averaged with the random initialisation.
+            decay = min(settings.ema, (1 + step) / (10 + step))
+            with torch.no_grad():
+                torch._foreach_lerp_(kept, trained, 1.0 - decay)
+        for k, v in parts.items():
+            running[k] = running[k] + v if k in running else v
+        if bar is not None:
+            bar.update(1)
+        if step % settings.eval_every == 0 or step == settings.steps:
+            averaged.eval()
+            w = prune_weights(averaged.posterior(x_val).double().cpu().numpy(), settings.prune)
+            l1 = routing_l1(w, val_bank.targets)
+            n = step - (history[-1]["step"] if history else 0)
+            means = {k: float(v) / n for k, v in running.items()}
+            history.append({"step": step, "val_l1": l1, **means})
+            running = {}
+            if bar is not None:
+                bar.set_postfix(val_l1=f"{l1:.3f}")
+            if l1 < best[0] - 1e-4:
+                best, stale = (l1, copy.deepcopy(averaged.state_dict()), step), 0
+            else:
+                stale += 1
+                if stale >= settings.patience:
+                    log.info("early stop at step %d (best %.4f at %d)", step, best[0], best[2])
+                    break
+    if bar is not None:
+        bar.close()
+    model.load_state_dict(best[1])
+    model.eval()
+    return model, history
+
+
+# -- checkpoints -------------------------------------------------------------------------
+def checkpoint_settings(settings: PretrainSettings, image_shape: tuple[int, ...], p: int) -> dict:
+    """The settings stored in (and checked against) a checkpoint."""
+    return {
+        "checkpoint_version": CHECKPOINT_VERSION,
+        "dataset": settings.dataset,
+        "label_kind": settings.label_kind,
+        "image_shape": list(image_shape),
+        "J": settings.J,
+        "L": settings.L,
+        "svd_rank": settings.svd_rank,
+        "explained_variance": settings.explained_variance,
+        "num_components": settings.num_components,
+        "embedding_dim": p,
+        "aux_size": settings.aux_size,
+        "data_seed": settings.data_seed,
+        "prune": settings.train.prune,
+        "supervised": settings.train.loss.supervised,
+    }
+
+
+def save_checkpoint(
+    path: str | Path, model: GMMVAE, component_means: np.ndarray, settings: dict
+) -> None:
+    """Write atomically; the payload records the SHA-256 of its content (checked on load)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "component_means": torch.from_numpy(np.asarray(component_means, dtype=np.float32)),
+        "vae_config": model.config.to_dict(),
+        "settings": dict(settings),
+    }
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(seal(payload), tmp)
+    tmp.replace(path)
+
+
+@dataclass
+class Checkpoint:
+    model: GMMVAE
+    component_means: np.ndarray
+    settings: dict
+
+    def router(self, name: str = "gmm-vae", device: str = "cpu"):
+        """The router of this checkpoint by name (``gmm-vae`` or ``mean-unmixing``)."""
+        if name == "gmm-vae":
+            return GMMVAERouter(self.model, prune=self.settings.get("prune", 0.01), device=device)
+        if name == "mean-unmixing":
+            return MeanUnmixingRouter(self.component_means)
+        raise ValueError(f"unknown router {name!r}; choose 'gmm-vae' or 'mean-unmixing'")
+
+
+def check_settings(saved: dict, expected: dict) -> None:
+    """Raise a clear error listing every setting where checkpoint and run differ."""
+    diffs = []
+    for key in MATCHING_KEYS:
+        if key in expected and _norm(saved.get(key)) != _norm(expected[key]):
+            diffs.append(f"{key}: checkpoint has {saved.get(key)!r}, run has {expected[key]!r}")
+    if diffs:
+        raise ValueError(
+            "GMM-VAE checkpoint does not match this run:\n  "
+            + "\n  ".join(diffs)
+            + "\nPre-train a matching one (python pretrain_vae.py with the run's settings) "
+            "or point the run at a checkpoint made with these settings."
+        )
+
+
+def _norm(v):
+    if isinstance(v, tuple):
+        return list(v)
+    return v
+
+
+def load_checkpoint(
+    path: str | Path, expected: dict | None = None, *, allow_unverified: bool = False
+) -> Checkpoint:
+    """Load weights only (no pickled objects); check the content hash and the settings.
+
+    A payload that does not match its stored SHA-256 raises
+    :class:`~ripple_flwr.io.integrity.IntegrityError` (a ValueError). Checkpoints
+    written before they carried a hash are refused unless ``allow_unverified``
+    (the caller checked the file some other way, e.g. a saved run's file hash).
+    """
+    path = Path(path)
+    recreate = (
+        f"re-create it with `python pretrain_vae.py --output {path}` and the settings it was "
+        "made with, or restore the original file"
+    )
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"GMM-VAE checkpoint {path} not found; run `python pretrain_vae.py --output {path}`"
+        )
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for corrupt or unsafe files
+        raise ValueError(
+            f"cannot read GMM-VAE checkpoint {path}: it is corrupted, truncated or not a torch "
+            f"file ({err}); {recreate}"
+        ) from err
+    if not isinstance(payload, dict):
+        raise ValueError(f"{path} is not a ripple-flwr GMM-VAE checkpoint (not a dict)")
+    for key in ("state_dict", "component_means", "vae_config", "settings"):
+        if key not in payload:
+            raise ValueError(f"{path} is not a ripple-flwr GMM-VAE checkpoint (missing {key!r})")
+    if not verify(payload, f"GMM-VAE checkpoint {path}", recreate) and not allow_unverified:
+        raise ValueError(
+            f"GMM-VAE checkpoint {path} carries no content hash (written before checkpoints "
+            f"had one), so it cannot be checked for corruption; {recreate}"
+        )
+    settings = payload["settings"]
+    if expected is not None:
+        check_settings(settings, expected)
+    model = GMMVAE(GMMVAEConfig.from_dict(payload["vae_config"]))
+    model.load_state_dict(payload["state_dict"])
+    model.eval()
+    return Checkpoint(model, payload["component_means"].numpy(), settings)
+
+
+# -- the whole job -----------------------------------------------------------------------
+def _real_client_report(
+    embedder: SpectralEmbedder,
+    images: np.ndarray,
+    labels: np.ndarray,
+    routers: dict,
+    settings: PretrainSettings,
+) -> dict[str, float]:
+    """Mean L1 routing error of each router on real clients drawn outside D_aux."""
+    report: dict[str, float] = {}
+    k = settings.num_components
+    for alpha in settings.real_alphas:
+        rng = np.random.default_rng([settings.seed, 7919, int(round(alpha * 1000))])
+        clients = sample_dirichlet_clients(
+            labels, settings.real_clients, settings.real_client_size, alpha, rng, num_components=k
+        )
+        truth = np.stack([mixture_of(labels[c], k) for c in clients])
+        phis = embedder.embed_many([images[c] for c in clients])
+        means = np.stack([images[c].reshape(len(c), -1).mean(axis=0) for c in clients])
+        for name, router in routers.items():
+            feats = phis if router.needs == "embedding" else means
+            suffix = "" if name == "gmm-vae" else f"_{name.replace('-', '_')}"
+            report[f"routing_l1_real_a{float(alpha)}{suffix}"] = routing_l1(
+                router.route(feats), truth
+            )
+    return report
+
+
+def pretrain(
+    settings: PretrainSettings, output: str | Path, *, progress: bool = True
+) -> tuple[Checkpoint, dict]:
+    """Build the synthetic bank, train the GMM-VAE, save it, and measure routing.
+
+    Returns the checkpoint and a JSON-able report (timings, routing errors of
+    the GMM-VAE and of the uniform and mean-unmixing references on held-out
+    synthetic clients and on real clients at each Dir(alpha)).
+    """
+    t_start = time.perf_counter()
+    device = resolve_device(settings.device)
+    dataset = load_dataset(settings.dataset, settings.data_root)
+    cluster, _ = dataset.cluster_labels(settings.label_kind)
+    aux, pool = server_aux_split(cluster, settings.aux_size, settings.data_seed)
+    k = settings.num_components
+    aux_images, aux_comp = dataset.images[aux], fold_labels(cluster[aux], k)
+    embedder = SpectralEmbedder(
+        dataset.image_shape,
+        J=settings.J,
+        L=settings.L,
+        prototype=PrototypeSettings(settings.svd_rank, settings.explained_variance),
+        device=device,
+    )
+    t0 = time.perf_counter()
+    bank, bank_cached = cached_bank(
+        embedder,
+        aux_images,
+        aux_comp,
+        k,
+        settings.bank,
+        cache_dir=settings.cache_dir,
+        progress=progress,
+    )
+    held = BankSettings(
+        **{
+            **asdict(settings.bank),
+            "num_clients": settings.heldout_clients,
+            "seed": settings.bank.seed + 1_000_003,
+        }
+    )
+    val_bank, _ = cached_bank(
+        embedder, aux_images, aux_comp, k, held, cache_dir=settings.cache_dir, keep_means=True
+    )
+    bank_seconds = time.perf_counter() - t0
+
+    config = GMMVAEConfig(
+        input_dim=embedder.output_dim,
+        num_components=k,
+        hidden=tuple(settings.vae_hidden),
+        latent_dim=settings.latent_dim,
+    )
+    t0 = time.perf_counter()
+    model, history = train_gmm_vae(
+        bank,
+        val_bank,
+        config,
+        settings.train,
+        seed=settings.seed,
+        device=device,
+        progress=progress,
+    )
+    train_seconds = time.perf_counter() - t0
+    model.cpu()
+    unmix = MeanUnmixingRouter.from_aux(aux_images, aux_comp, k)
+    stored = checkpoint_settings(settings, dataset.image_shape, embedder.output_dim)
+    save_checkpoint(output, model, unmix.component_means, stored)
+    checkpoint = Checkpoint(model, unmix.component_means.astype(np.float32), stored)
+
+    routers = {
+        "gmm-vae": checkpoint.router("gmm-vae"),
+        "uniform": UniformRouter(k),
+        "mean-unmixing": unmix,
+    }
+    report: dict = {"checkpoint": str(output), "settings": to_jsonable(asdict(settings))}
+    for name, router in routers.items():
+        feats = val_bank.embeddings if router.needs == "embedding" else val_bank.means
+        suffix = "" if name == "gmm-vae" else f"_{name.replace('-', '_')}"
+        report[f"routing_l1_heldout{suffix}"] = routing_l1(router.route(feats), val_bank.targets)
+    report.update(
+        _real_client_report(embedder, dataset.images[pool], cluster[pool], routers, settings)
+    )
+    report.update(
+        {
+            "bank_seconds": bank_seconds,
+            "bank_cached": bank_cached,
+            "bank_clients": len(bank),
+            "train_seconds": train_seconds,
+            "train_steps": history[-1]["step"] if history else 0,
+            "train_batch_size": settings.train.for_device(device).batch_size,
+            "pretrain_seconds": time.perf_counter() - t_start,
+            "embedding_dim": embedder.output_dim,
+            "device": device,
+            "history": history,
+        }
+    )
+    return checkpoint, report

@@ -1,0 +1,195 @@
+"""Results of one run: byte accounting, routing metrics, the JSON file and its plot.
+
+Bytes are counted from the records actually sent and received (sum of the
+arrays' ``nbytes``: shape x item size, without serialisation headers), so
+per-round traffic of Ripple and FedAvg can be compared directly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger("flwr.ripple")
+
+RESULTS_VERSION = 1
+
+
+# -- bytes --------------------------------------------------------------------------------
+def array_nbytes(array: Any) -> int:
+    """Payload bytes of one flwr ``Array`` (or numpy array): prod(shape) x item size."""
+    shape = tuple(array.shape)
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(array.dtype).itemsize
+
+
+def arrayrecord_nbytes(record: Any) -> int:
+    """Payload bytes of an ArrayRecord."""
+    return sum(array_nbytes(a) for a in record.values())
+
+
+def message_nbytes(message: Any) -> int:
+    """Payload bytes of all ArrayRecords of a message (0 for an error reply)."""
+    if not message.has_content():
+        return 0
+    return sum(arrayrecord_nbytes(r) for r in message.content.array_records.values())
+
+
+# -- statistics ---------------------------------------------------------------------------
+def client_stats(accuracy: Iterable[float], num_examples: Iterable[int]) -> dict[str, float]:
+    """Sample-weighted mean, plain mean, std and range of per-client accuracies."""
+    acc = np.asarray(list(accuracy), dtype=np.float64)
+    n = np.asarray(list(num_examples), dtype=np.float64)
+    if acc.size == 0:
+        return {
+            "weighted_mean": math.nan,
+            "mean": math.nan,
+            "std": math.nan,
+            "min": math.nan,
+            "max": math.nan,
+        }
+    return {
+        "weighted_mean": float(np.average(acc, weights=n)) if n.sum() > 0 else float(acc.mean()),
+        "mean": float(acc.mean()),
+        "std": float(acc.std()),
+        "min": float(acc.min()),
+        "max": float(acc.max()),
+    }
+
+
+def hard_ari(truth: np.ndarray, labels: np.ndarray, hard: float = 0.9) -> tuple[float | None, int]:
+    """ARI of cluster ``labels`` against argmax pi*, over the clients with max pi* >= ``hard``.
+
+    Returns ``(ari, number of such clients)``; the ARI is ``None`` when fewer
+    than two clients are hard.
+    """
+    from sklearn.metrics import adjusted_rand_score
+
+    pi = np.asarray(truth, dtype=np.float64)
+    labels = np.asarray(labels)
+    mask = pi.max(axis=1) >= hard if len(pi) else np.zeros(0, bool)
+    if int(mask.sum()) < 2:
+        return None, 0
+    return float(adjusted_rand_score(pi[mask].argmax(1), labels[mask])), int(mask.sum())
+
+
+def routing_metrics(weights: np.ndarray, truth: np.ndarray, hard: float = 0.9) -> dict[str, Any]:
+    """Routing error mean_k ||w_k - pi*_k||_1 and, for near-one-hot clients, the ARI.
+
+    The adjusted Rand index of argmax w vs argmax pi* is computed over the
+    clients whose largest true proportion is at least ``hard`` (hard
+    clusters); ``None`` when fewer than two such clients exist.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    pi = np.asarray(truth, dtype=np.float64)
+    if w.shape != pi.shape:
+        raise ValueError(f"weights {w.shape} and true mixtures {pi.shape} differ in shape")
+    ari, n_hard = hard_ari(pi, w.argmax(axis=1) if len(w) else np.zeros(0, int), hard)
+    return {
+        "l1": float(np.abs(w - pi).sum(axis=1).mean()) if len(w) else math.nan,
+        "ari": ari,
+        "ari_clients": n_hard,
+        "ari_threshold": hard,
+    }
+
+
+def finished_results(
+    path: str | Path, run_config: dict[str, Any], ignore: tuple[str, ...] = ("results-path",)
+) -> dict[str, Any] | None:
+    """A run's results file when it exists and was written by a run with ``run_config``.
+
+    Lets benchmarks pick up runs finished earlier (another session, another seed);
+    keys in ``ignore`` (paths) need not match.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return None
+    res = json.loads(path.read_text())
+    settings = res.get("settings", {})
+    same = all(str(settings.get(k)) == str(v) for k, v in run_config.items() if k not in ignore)
+    return res if same else None
+
+
+def tail_mean(values: list[float], last: int = 3) -> float:
+    """Mean of the last few evaluations (single evaluations are noisy)."""
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    return float(np.mean(vals[-last:])) if vals else math.nan
+
+
+# -- files --------------------------------------------------------------------------------
+def default_results_path(method: str, seed: int, root: str | Path = "outputs") -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(root) / f"ripple-{method}-seed{seed}-{stamp}.json"
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Plain JSON types from dicts, tuples, numpy arrays and scalars, paths (NaN -> None)."""
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating | float):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def write_results(path: str | Path, results: dict[str, Any], plot: bool = True) -> Path:
+    """Write the results JSON (atomically) and, next to it, PNGs of accuracy and assignment."""
+    path = Path(path).expanduser().resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"results_version": RESULTS_VERSION, **to_jsonable(results)}
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2))
+    tmp.replace(path)
+    if plot:
+        from ripple_flwr.runs.plots import plot_assignment
+
+        for draw, suffix in ((plot_accuracy, ".png"), (plot_assignment, ".assignment.png")):
+            try:
+                draw(payload, path.with_suffix(suffix))
+            except Exception as err:  # a plot must never lose the results
+                log.warning("could not plot %s: %s", path.with_suffix(suffix), err)
+    return path
+
+
+def plot_accuracy(results: dict[str, Any], png: str | Path) -> Path:
+    """Personalised accuracy (weighted mean, +/- std band) over rounds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    evals = results.get("evaluations", [])
+    rounds = [e["round"] for e in evals]
+    mean = np.array([e["accuracy"]["weighted_mean"] or np.nan for e in evals], dtype=float)
+    std = np.array([e["accuracy"]["std"] or 0.0 for e in evals], dtype=float)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    settings = results.get("settings", {})
+    label = settings.get("method", "?")
+    if label == "ripple":
+        label += f"-{settings.get('sampling', '')} ({settings.get('router', '')})"
+    ax.plot(rounds, mean, marker="o", label=label)
+    ax.fill_between(rounds, mean - std, mean + std, alpha=0.2)
+    ax.set_xlabel("round")
+    ax.set_ylabel("personalised accuracy")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    ax.set_title(f"{settings.get('dataset', '')}: {settings.get('num-partitions', '')} clients")
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return Path(png)

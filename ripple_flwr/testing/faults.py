@@ -1,0 +1,143 @@
+"""Hostile and broken clients, for robustness tests and benchmarks.
+
+Each fault rewrites what an honest ClientApp replied (``fault(msg, reply)``
+returns the reply the server gets, or ``None`` for no reply), so any
+method, grid or deployment can run with one misbehaving client: pass them
+as ``InProcessGrid(faults={partition_id: fault})`` or wrap the handlers of a
+ClientApp with :func:`wrap_handler`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
+
+from ripple_flwr.app.records import record_to_state, state_to_record
+
+Fault = Callable[[Message, Message | None], Message | None]
+
+
+def _replace(reply: Message, msg: Message, **records) -> Message:
+    content = RecordDict({**dict(reply.content.items()), **records})
+    return Message(content, reply_to=msg)
+
+
+def _on(kind: str, rewrite: Callable[[Message, Message], Message | None]) -> Fault:
+    def fault(msg: Message, reply: Message | None) -> Message | None:
+        if reply is None or reply.has_error() or not msg.metadata.message_type.startswith(kind):
+            return reply
+        return rewrite(msg, reply)
+
+    return fault
+
+
+def scaled_weights(factor: float) -> Fault:
+    """Training replies whose floating-point weights are multiplied by ``factor``."""
+
+    def rewrite(msg: Message, reply: Message) -> Message:
+        state = record_to_state(reply.content.array_records["arrays"])
+        bad = {
+            k: (v * np.asarray(factor, dtype=v.dtype) if np.issubdtype(v.dtype, np.inexact) else v)
+            for k, v in state.items()
+        }
+        return _replace(reply, msg, arrays=state_to_record(bad))
+
+    return _on("train", rewrite)
+
+
+def constant_weights(value: float = 1e30) -> Fault:
+    """Training replies whose floating-point weights are all ``value`` (finite, enormous)."""
+
+    def rewrite(msg: Message, reply: Message) -> Message:
+        state = record_to_state(reply.content.array_records["arrays"])
+        bad = {
+            k: (np.full_like(v, value) if np.issubdtype(v.dtype, np.inexact) else v)
+            for k, v in state.items()
+        }
+        return _replace(reply, msg, arrays=state_to_record(bad))
+
+    return _on("train", rewrite)
+
+
+def inflated_count(num_examples: int = 10**12) -> Fault:
+    """Training replies that claim ``num_examples`` training examples."""
+
+    def rewrite(msg: Message, reply: Message) -> Message:
+        metrics = dict(reply.content.metric_records["metrics"])
+        metrics["num-examples"] = int(num_examples)
+        return _replace(reply, msg, metrics=MetricRecord(metrics))
+
+    return _on("train", rewrite)
+
+
+def fake_evaluation(accuracy: float = 1.0, num_examples: int = 10**9) -> Fault:
+    """Evaluation replies that claim ``accuracy`` on ``num_examples`` test examples."""
+
+    def rewrite(msg: Message, reply: Message) -> Message:
+        metrics = dict(reply.content.metric_records["metrics"])
+        metrics.update({"accuracy": float(accuracy), "num-examples": int(num_examples)})
+        return _replace(reply, msg, metrics=MetricRecord(metrics))
+
+    return _on("evaluate", rewrite)
+
+
+def bad_embedding() -> Fault:
+    """Query replies whose summary contains NaN."""
+
+    def rewrite(msg: Message, reply: Message) -> Message:
+        if "summary" not in reply.content.array_records:
+            return reply
+        phi = reply.content.array_records["summary"]["phi"].numpy().copy()
+        phi[0] = np.nan
+        return _replace(reply, msg, summary=ArrayRecord({"phi": Array(phi)}))
+
+    return _on("query", rewrite)
+
+
+def dead_after(server_round: int, error: bool = True) -> Fault:
+    """A node that dies after ``server_round``: error replies (as the SuperLink sends) or none."""
+
+    def fault(msg: Message, reply: Message | None) -> Message | None:
+        cfg = msg.content.config_records.get("config", ConfigRecord())
+        if int(cfg.get("server-round", 0)) <= server_round:
+            return reply
+        if not error:
+            return None
+        return Message(Error(code=0, reason="node unavailable (simulated kill)"), reply_to=msg)
+
+    return fault
+
+
+def combine(*faults: Fault) -> Fault:
+    """Apply several faults in turn."""
+
+    def fault(msg: Message, reply: Message | None) -> Message | None:
+        for f in faults:
+            reply = f(msg, reply)
+        return reply
+
+    return fault
+
+
+FAULTS: dict[str, Callable[[], Fault]] = {
+    "huge-weights": lambda: constant_weights(1e30),
+    "scaled-weights": lambda: scaled_weights(1e6),
+    "inflated-count": lambda: inflated_count(10**12),
+    "fake-evaluation": lambda: fake_evaluation(1.0, 10**9),
+    "bad-embedding": bad_embedding,
+    "killed": lambda: dead_after(1, error=True),
+}
+
+
+def wrap_handler(handler: Callable, fault: Fault) -> Callable:
+    """A ClientApp handler whose replies go through ``fault`` (for a hostile SuperNode)."""
+
+    def hostile(msg: Message, context) -> Message:
+        reply = fault(msg, handler(msg, context))
+        if reply is None:
+            raise TimeoutError("hostile client: no reply")
+        return reply
+
+    return hostile
