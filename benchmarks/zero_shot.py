@@ -40,11 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ripple_flwr.aggregation.hdb import refine_hdb  # noqa: E402
 from ripple_flwr.aggregation.mixing import unstack  # noqa: E402
+from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.server import run_server  # noqa: E402
 from ripple_flwr.data.cache import cached_federation  # noqa: E402
 from ripple_flwr.runs.results import client_stats, finished_results, hard_ari  # noqa: E402
 from ripple_flwr.runs.saved_runs import Onboarder  # noqa: E402
-from ripple_flwr.settings import RunSettings  # noqa: E402
 from ripple_flwr.testing.inprocess import InProcessGrid  # noqa: E402
 from ripple_flwr.training.loops import evaluate_model  # noqa: E402
 
@@ -157,7 +157,7 @@ def table2(args, out: Path) -> dict:
             )
         for a_test in args.alphas_test:
             cfg = {**base, "alpha": a_train, "alpha-new": a_test}
-            fed = cached_federation(RunSettings.from_run_config(cfg))
+            fed = cached_federation(parse_run_config(cfg))
             pids = list(range(args.clients, args.clients + args.new_clients))
             row: dict = {}
             for name, res in runs.items():

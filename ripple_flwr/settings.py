@@ -1,24 +1,25 @@
-"""Typed run settings read from Flower's run config, validated before any expensive work.
+"""Typed run settings read from Flower's run config: parsing, types and ranges, nothing else.
 
-Every knob of ``[tool.flwr.app.config]`` in pyproject.toml maps to one field
-of :class:`RunSettings` (dashes become underscores). The ServerApp and every
-ClientApp parse the same run config, so all nodes agree on the dataset, the
-partitioning and the seeds without exchanging data.
+A leaf: this module imports nothing of the package and nothing heavy, so every
+layer may read settings. Every key of ``[tool.flwr.app.config]`` in
+pyproject.toml is either a field of :class:`RunSettings` (dashes become
+underscores), declared with its one-line doc and range by :func:`option`, or
+an :class:`Option` that a method declares in its own strategy file and that
+lands in :attr:`RunSettings.options`. Which methods, datasets and models exist,
+and the rules that need them, are checked by the app
+(:func:`ripple_flwr.app.run_config.parse_run_config`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 import os
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
-
-log = logging.getLogger("flwr.ripple")
 
 Sampling = Literal["stratified", "uniform"]
 Router = Literal["gmm-vae", "mean-unmixing"]
@@ -29,226 +30,278 @@ ROUTERS: tuple[str, ...] = get_args(Router)
 LABEL_KINDS: tuple[str, ...] = get_args(LabelKind)
 REFINES: tuple[str, ...] = get_args(Refine)
 
-# Image shapes of the registry's datasets, to reject a too-large J before loading data.
-_KNOWN_SHAPES = {
-    "mnist-5k": (1, 28, 28),
-    "mnist": (1, 28, 28),
-    "fashion-mnist": (1, 28, 28),
-    "cifar10": (3, 32, 32),
-    "cifar100": (3, 32, 32),
-}
-
 
 class ConfigError(ValueError):
     """A run config that cannot work; raised before any data is loaded or model trained."""
 
 
 @dataclass(frozen=True)
-class RunSettings:
-    """One Ripple run, as typed values (defaults: the paper's where they fit a CPU).
+class Option:
+    """One run-config key: its type, default, range and one-line doc.
 
-    Parameters
-    ----------
-    method : a registered method (:data:`ripple_flwr.app.registry.METHODS`).
-    sampling : ``stratified`` (Ripple-Strat) | ``uniform`` (Ripple-Unif).
-    router : ``gmm-vae`` (WST embedding) | ``mean-unmixing`` (client mean image).
-    num_partitions : training clients.
-    new_clients : held-out clients (partition ids after the training ones) that never
-        train and are onboarded zero-shot after training; the SuperNodes number
-        ``num_partitions + new_clients``.
-    alpha_new : Dirichlet concentration of the new clients (alpha_test), drawn from
-        data no training client holds.
-    refine : ``none`` (K clusters) | ``hdb`` (Ripple-HDB: K_hat meta-clusters by HDBSCAN).
-    min_cluster_size : HDBSCAN's smallest cluster, in clients (Ripple-HDB).
-    best_by_loss : also score every cluster model on each new client and keep the
-        lowest-loss one (the paper's oracle advantage for baselines; reference only).
-    num_components : K, the number of clusters (>= 2).
-    explained_variance : 0 means "use svd_rank".
-    checkpoint : GMM-VAE checkpoint path; empty = pre-train (cached) with the run's settings.
-    results_path : JSON results file inside the server's output folder (``$RIPPLE_OUTPUT_DIR``,
-        default ``./outputs``); empty = ``<output folder>/ripple-<method>-<seed>-<time>.json``.
-    overwrite_results : replace an existing results file (and its .png / .run.pt).
-    checkpoint_every : save the server's whole state (``<results>.resume.npz``) every this
-        many rounds and after the last (0: never).
-    resume : a server state file to continue from (the run's other settings must match).
-    eval_every : evaluate personalised models every this many rounds (and after the last).
-    client_threads : torch threads per client process (0 = torch's default).
-    proximal_mu : FedProx's mu (clients add mu/2 ||w - w_global||^2).
-    update_norm_factor : a training reply whose update norm exceeds this many times the
-        round's (low) median is dropped and named (0: off).
-    max_update_norm : an absolute bound on a reply's update norm (0: off).
-    trimmed_beta : FedTrimmedAvg's share cut at each end, in [0, 0.5).
-    krum_malicious : Krum's assumed number of malicious clients per round.
-    max_failures : training rounds a client may fail in a row before it is left out of
-        sampling (it is sampled again once it answers an evaluation).
-    fedopt_eta, fedopt_beta1, fedopt_beta2, fedopt_tau : the server optimiser of
-        FedAdam / FedYogi / FedAdagrad (the paper: beta1 0.9, beta2 0.99, tau 1e-3).
-    feddyn_alpha : FedDyn's alpha (the paper: 0.01).
-    perfedavg_alpha, perfedavg_beta : Per-FedAvg's inner step (the paper: 0.01) and
-        meta step (1e-3, as in common reference code).
-    pfedme_lambda, pfedme_inner_steps, pfedme_personal_lr, pfedme_beta : pFedMe's
-        lambda and K (the paper: 15, 5), the inner solver's step and the server's
-        mixing beta (pFedMe's paper: 0.09 on MNIST, 1.0).
-    cfl_warmup, cfl_eps1, cfl_eps2, cfl_max_clusters : CFL splits a cluster from round
-        ``cfl_warmup`` on when its mean update norm < eps1 and its largest > eps2, up
-        to ``cfl_max_clusters`` clusters (the paper's cap: 10).
-    embedding_dp_epsilon, embedding_dp_delta, embedding_dp_clip : each client releases its
-        embedding (epsilon, delta)-DP (Gaussian mechanism, one release; 0 = off); clip 0
-        lets the server choose the bound from its public reference clients.
+    ``low``/``high`` bound the value (inclusive unless ``low_open``/``high_open``);
+    ``choices`` lists the allowed strings; floats must be finite unless ``finite`` is off.
     """
 
-    method: str = "ripple"
-    sampling: Sampling = "stratified"
-    router: Router = "gmm-vae"
-    dataset: str = "mnist-5k"
-    data_root: str = ""
-    label_kind: LabelKind = "class"
-    num_partitions: int = 20
-    new_clients: int = 0
-    alpha_new: float = 1.0
-    partition_size: int = 200
-    alpha: float = 0.1
-    aux_size: int = 1000
-    data_seed: int = 0
-    test_fraction: float = 0.2
-    num_components: int = 10
-    J: int = 3
-    L: int = 8
-    svd_rank: int = 20
-    explained_variance: float = 0.0
-    model: str = "cnn"
-    num_server_rounds: int = 40
-    clients_per_round: int = 10
-    local_epochs: int = 1
-    lr: float = 0.01
-    momentum: float = 0.9
-    batch_size: int = 32
-    server_lr: float = 1.0
-    proximal_mu: float = 0.01
-    fedopt_eta: float = 0.01
-    fedopt_beta1: float = 0.9
-    fedopt_beta2: float = 0.99
-    fedopt_tau: float = 1e-3
-    feddyn_alpha: float = 0.01
-    perfedavg_alpha: float = 0.01
-    perfedavg_beta: float = 1e-3
-    pfedme_lambda: float = 15.0
-    pfedme_inner_steps: int = 5
-    pfedme_personal_lr: float = 0.09
-    pfedme_beta: float = 1.0
-    cfl_warmup: int = 60
-    cfl_eps1: float = 0.35
-    cfl_eps2: float = 0.9
-    cfl_max_clusters: int = 10
-    embedding_dp_epsilon: float = 0.0
-    embedding_dp_delta: float = 1e-5
-    embedding_dp_clip: float = 0.0
-    update_norm_factor: float = 10.0
-    trimmed_beta: float = 0.2
-    krum_malicious: int = 1
-    max_update_norm: float = 0.0
-    max_failures: int = 3
-    refine: Refine = "none"
-    min_cluster_size: int = 3
-    best_by_loss: bool = True
-    eval_every: int = 5
-    seed: int = 0
-    checkpoint: str = ""
-    pretrain_bank_size: int = 2000
-    pretrain_steps: int = 1500
-    pretrain_client_size: int = 0
-    results_path: str = ""
-    overwrite_results: bool = False
-    checkpoint_every: int = 0
-    resume: str = ""
-    node_wait_timeout: float = 60.0
-    round_timeout: float = 600.0
-    client_threads: int = 1
-    cache_dir: str = ""
+    key: str
+    type: type
+    default: Any
+    doc: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple[str, ...] = ()
+    finite: bool = True
+
+    def __post_init__(self) -> None:
+        self.check(self.default)
+
+    @property
+    def name(self) -> str:
+        """The key as a Python identifier (``proximal-mu`` -> ``proximal_mu``)."""
+        return self.key.replace("-", "_")
+
+    def coerce(self, raw: Any) -> Any:
+        """``raw`` (a TOML scalar) as this option's type: ints for floats, never the reverse."""
+        typ = self.type
+        if typ is float and isinstance(raw, int | float) and not isinstance(raw, bool):
+            return float(raw)
+        if typ is int and isinstance(raw, float) and raw.is_integer():
+            return int(raw)
+        if typ is not bool and isinstance(raw, bool) or not isinstance(raw, typ):
+            raise ConfigError(
+                f"{self.key} must be {typ.__name__}, got {raw!r} ({type(raw).__name__})"
+            )
+        return raw
+
+    def range_text(self) -> str:
+        """The allowed values in words: ``>= 0``, ``in [0, 1)``, ``one of a, b``."""
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        lo, hi = self.low, self.high
+        if lo is not None and hi is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            return f"in {left}{_num(lo)}, {_num(hi)}{right}"
+        if lo is not None:
+            return f"{'>' if self.low_open else '>='} {_num(lo)}"
+        if hi is not None:
+            return f"{'<' if self.high_open else '<='} {_num(hi)}"
+        return ""
+
+    def check(self, value: Any) -> None:
+        """Raise :class:`ConfigError` naming the key, the range and the value."""
+        if self.choices and value not in self.choices:
+            raise ConfigError(f"{self.key}={value!r} is not one of {', '.join(self.choices)}")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return
+        ok = not (self.finite and self.type is float and not math.isfinite(value))
+        if self.low is not None:
+            ok = ok and (value > self.low if self.low_open else value >= self.low)
+        if self.high is not None:
+            ok = ok and (value < self.high if self.high_open else value <= self.high)
+        if not ok:
+            finite = "a finite number " if self.finite and self.type is float else ""
+            raise ConfigError(f"{self.key} must be {finite}{self.range_text()}, got {value}")
+
+    def parse(self, raw: Any) -> Any:
+        """Coerce and check one raw value."""
+        value = self.coerce(raw)
+        self.check(value)
+        return value
+
+    def of(self, settings: RunSettings) -> Any:
+        """This option's value in ``settings`` (its default where the run did not set it)."""
+        return settings.options.get(self.key, self.default)
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else repr(v)
+
+
+def option(
+    default: Any,
+    doc: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    finite: bool = True,
+) -> Any:
+    """A :class:`RunSettings` field with its doc and range (made an :class:`Option` on demand)."""
+    meta = {"doc": doc, "low": low, "high": high, "low_open": low_open, "high_open": high_open}
+    return field(default=default, metadata={**meta, "finite": finite})
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """One run, as typed values (defaults: the paper's where they fit a CPU).
+
+    Each field's doc and range are in its declaration below (the configuration
+    reference, ``docs/configuration.md``, is generated from them); method
+    options (FedProx's mu, Krum's f, ...) are in :attr:`options`, declared by
+    the methods' strategy files.
+    """
+
+    method: str = option("ripple", "a registered method (docs/methods.md)")
+    sampling: Sampling = option("stratified", "Ripple's client sampling: stratified | uniform")
+    router: Router = option(
+        "gmm-vae", "gmm-vae (WST embedding) | mean-unmixing (client mean image)"
+    )
+    dataset: str = option("mnist-5k", "a registered dataset (ripple_flwr.data)")
+    data_root: str = option("", 'where dataset files live ("" = the loader\'s default)')
+    label_kind: LabelKind = option(
+        "class", "clusters follow the class, or the domain (rotated-* datasets)"
+    )
+    num_partitions: int = option(20, "training clients", low=1)
+    new_clients: int = option(0, "held-out clients onboarded zero-shot after training", low=0)
+    alpha_new: float = option(
+        1.0, "Dirichlet concentration of the new clients (alpha_test)", low=0, low_open=True
+    )
+    partition_size: int = option(200, "images per client (train + test)", low=2)
+    alpha: float = option(
+        0.1, "Dirichlet concentration of the client mixtures", low=0, low_open=True
+    )
+    aux_size: int = option(1000, "the server's labelled auxiliary set D_aux", low=1)
+    data_seed: int = option(0, "seed of D_aux, the partitions and the splits", low=0)
+    test_fraction: float = option(
+        0.2,
+        "share of each client's images held out for its evaluation",
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+    )
+    num_components: int = option(10, "K, the number of clusters", low=2)
+    J: int = option(3, "scattering scales", low=1)
+    L: int = option(8, "scattering orientations", low=1)
+    svd_rank: int = option(20, "principal components in the prototype", low=0)
+    explained_variance: float = option(
+        0.0, "> 0: pick the rank by explained variance instead (0 = svd-rank)", low=0, high=1
+    )
+    model: str = option("cnn", "a registered model: cnn | resnet9 | resnet18")
+    num_server_rounds: int = option(40, "federated rounds", low=1)
+    clients_per_round: int = option(10, "clients trained each round", low=1)
+    local_epochs: int = option(1, "local epochs per round", low=1)
+    lr: float = option(0.01, "client SGD learning rate", low=0, low_open=True)
+    momentum: float = option(0.9, "client SGD momentum", low=0, high=1, high_open=True)
+    batch_size: int = option(32, "client batch size", low=1)
+    server_lr: float = option(
+        1.0, "eta_s: the server's step (Ripple's eq. 9, SCAFFOLD)", low=0, low_open=True
+    )
+    embedding_dp_epsilon: float = option(
+        0.0,
+        "> 0: clients release their embedding (epsilon, delta)-DP (0 = off; inf = no noise)",
+        low=0,
+        finite=False,
+    )
+    embedding_dp_delta: float = option(1e-5, "delta of that one release, in (0, 1)")
+    embedding_dp_clip: float = option(
+        0.0, "L2 clip of the projected embedding (0 = the server's public choice)", low=0
+    )
+    update_norm_factor: float = option(
+        10.0, "drop a reply whose update norm > this x the round's median (0 = off)", low=0
+    )
+    max_update_norm: float = option(
+        0.0, "drop a reply whose update norm is above this (0 = off)", low=0
+    )
+    max_failures: int = option(
+        3, "rounds a client may fail in a row before it is not sampled", low=1
+    )
+    refine: Refine = option("none", "none (K clusters) | hdb (Ripple-HDB: K_hat by HDBSCAN)")
+    min_cluster_size: int = option(3, "HDBSCAN's smallest cluster, in clients", low=2)
+    best_by_loss: bool = option(
+        True, "also score every cluster model on new clients (a reference only)"
+    )
+    eval_every: int = option(5, "personalised evaluation every this many rounds (and last)", low=1)
+    seed: int = option(0, "model initialisation, client sampling, local shuffles", low=0)
+    checkpoint: str = option("", 'GMM-VAE checkpoint; "" = pre-train one (cached on disk)')
+    pretrain_bank_size: int = option(2000, "synthetic clients when pre-training here", low=1)
+    pretrain_steps: int = option(1500, "GMM-VAE optimiser steps when pre-training here", low=1)
+    pretrain_client_size: int = option(
+        0, "images per synthetic client (0 = partition-size; else >= 2)", low=0
+    )
+    results_path: str = option(
+        "", 'results JSON inside $RIPPLE_OUTPUT_DIR (default ./outputs); "" = a fresh name'
+    )
+    overwrite_results: bool = option(
+        False, "replace an existing results file (and its .png / .run.pt)"
+    )
+    checkpoint_every: int = option(
+        0, "save the server state (<results>.resume.npz) every N rounds (0 = off)", low=0
+    )
+    resume: str = option("", "continue a run from its <results>.resume.npz")
+    node_wait_timeout: float = option(
+        60.0, "seconds to wait for the nodes", low=0, low_open=True, finite=False
+    )
+    round_timeout: float = option(
+        600.0, "seconds to wait for the replies of one round", low=0, low_open=True, finite=False
+    )
+    client_threads: int = option(1, "torch threads per client process (0 = torch's default)", low=0)
+    cache_dir: str = option("", '"" = $RIPPLE_CACHE_DIR or ~/.cache/ripple-flwr')
+    options: Mapping[str, Any] = field(default_factory=dict, compare=True)
+    """Method options by dashed key (declared by the methods' strategy files)."""
 
     def __post_init__(self) -> None:
         self.validate()
 
     # -- parsing -----------------------------------------------------------------------
     @classmethod
-    def from_run_config(cls, run_config: Mapping[str, Any]) -> RunSettings:
+    def fields_as_options(cls) -> tuple[Option, ...]:
+        """Every field as an :class:`Option` (its doc, default and range)."""
+        return _FIELD_OPTIONS
+
+    @classmethod
+    def from_run_config(
+        cls, run_config: Mapping[str, Any], options: Iterable[Option] = ()
+    ) -> RunSettings:
         """Parse Flower's run config (dashed keys, TOML scalars) into typed settings.
 
-        Unknown keys are refused (a typo would otherwise silently keep a default);
-        ints are accepted where floats are expected, never the reverse.
+        ``options`` are the methods' declared options: their values land in
+        :attr:`options`, defaults filled in. Unknown keys are refused (a typo
+        would otherwise silently keep a default); ints are accepted where floats
+        are expected, never the reverse.
         """
-        types = {f.name: _scalar_type(f.name) for f in fields(cls)}
+        own = {o.key: o for o in _FIELD_OPTIONS}
+        declared = {o.key: o for o in options}
         values: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
         unknown = []
         for key, raw in run_config.items():
-            name = str(key).replace("-", "_")
-            if name not in types:
-                unknown.append(str(key))
-                continue
-            values[name] = _coerce(str(key), raw, types[name])
+            key = str(key)
+            if key in own:
+                values[own[key].name] = own[key].coerce(raw)
+            elif key in declared:
+                extra[key] = declared[key].parse(raw)
+            else:
+                unknown.append(key)
         if unknown:
             raise ConfigError(
                 f"unknown run-config key(s) {', '.join(sorted(unknown))}; known: "
-                + ", ".join(f.name.replace("_", "-") for f in fields(cls))
+                + ", ".join([*own, *declared])
             )
-        return cls(**values)
+        for o in declared.values():
+            extra.setdefault(o.key, o.default)
+        return cls(**values, options=extra)
 
     def to_dict(self) -> dict[str, Any]:
         """Dashed keys, as in pyproject.toml: what the results file records."""
-        return {k.replace("_", "-"): v for k, v in asdict(self).items()}
+        out = {o.key: getattr(self, o.name) for o in _FIELD_OPTIONS}
+        return out | dict(self.options)
+
+    def option(self, key: str) -> Any:
+        """A method option's value by key (as parsed; see :meth:`Option.of` for defaults)."""
+        try:
+            return self.options[key]
+        except KeyError:
+            raise KeyError(f"option {key!r} is not set; known: {', '.join(self.options)}") from None
 
     # -- validation --------------------------------------------------------------------
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the key and the allowed values."""
-        from ripple_flwr.app.registry import METHODS
-        from ripple_flwr.data import available_datasets
-        from ripple_flwr.training.models import available_models
-
-        def choice(key: str, value: str, allowed) -> None:
-            if value not in allowed:
-                raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
-
-        choice("method", self.method, tuple(METHODS))
-        choice("sampling", self.sampling, SAMPLINGS)
-        choice("router", self.router, ROUTERS)
-        choice("label-kind", self.label_kind, LABEL_KINDS)
-        choice("refine", self.refine, REFINES)
-        if self.refine == "hdb" and not METHODS[self.method].routing_weights:
-            with_w = [m for m, spec in METHODS.items() if spec.routing_weights]
-            raise ConfigError(
-                f"refine='hdb' clusters Ripple's routing weights; method={self.method!r} has "
-                f"none. Use method={' or '.join(repr(m) for m in with_w)}, or refine='none'."
-            )
-        choice("dataset", self.dataset.strip().lower(), available_datasets())
-        choice("model", self.model, available_models())
-        if self.num_components < 2:
-            raise ConfigError(f"num-components (K) must be >= 2, got {self.num_components}")
-        for key, value, low in (
-            ("num-partitions", self.num_partitions, 1),
-            ("new-clients", self.new_clients, 0),
-            ("min-cluster-size", self.min_cluster_size, 2),
-            ("partition-size", self.partition_size, 2),
-            ("aux-size", self.aux_size, 1),
-            ("data-seed", self.data_seed, 0),
-            ("J", self.J, 1),
-            ("L", self.L, 1),
-            ("svd-rank", self.svd_rank, 0),
-            ("num-server-rounds", self.num_server_rounds, 1),
-            ("clients-per-round", self.clients_per_round, 1),
-            ("local-epochs", self.local_epochs, 1),
-            ("batch-size", self.batch_size, 1),
-            ("eval-every", self.eval_every, 1),
-            ("seed", self.seed, 0),
-            ("pretrain-bank-size", self.pretrain_bank_size, 1),
-            ("pretrain-steps", self.pretrain_steps, 1),
-            ("pretrain-client-size", self.pretrain_client_size, 0),
-            ("client-threads", self.client_threads, 0),
-            ("max-failures", self.max_failures, 1),
-            ("checkpoint-every", self.checkpoint_every, 0),
-            ("krum-malicious", self.krum_malicious, 0),
-        ):
-            if value < low:
-                raise ConfigError(f"{key} must be >= {low}, got {value}")
+        for opt in _FIELD_OPTIONS:
+            opt.check(getattr(self, opt.name))
         if self.pretrain_client_size == 1:
             raise ConfigError("pretrain-client-size must be 0 (= partition-size) or >= 2")
         if self.clients_per_round > self.num_partitions:
@@ -256,128 +309,11 @@ class RunSettings:
                 f"clients-per-round={self.clients_per_round} exceeds num-partitions="
                 f"{self.num_partitions}"
             )
-        if not self.alpha > 0:
-            raise ConfigError(f"alpha (Dirichlet concentration) must be > 0, got {self.alpha}")
-        if not self.alpha_new > 0:
-            raise ConfigError(
-                f"alpha-new (new clients' Dirichlet) must be > 0, got {self.alpha_new}"
-            )
-        if not 0.0 < self.test_fraction < 1.0:
-            raise ConfigError(f"test-fraction must be in (0, 1), got {self.test_fraction}")
-        if not 0.0 <= self.explained_variance <= 1.0:
-            raise ConfigError(
-                f"explained-variance must be in [0, 1] (0 = use svd-rank), got "
-                f"{self.explained_variance}"
-            )
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
-        if not 0.0 <= self.momentum < 1.0:
-            raise ConfigError(f"momentum must be in [0, 1), got {self.momentum}")
-        if not self.server_lr > 0:
-            raise ConfigError(f"server-lr must be > 0, got {self.server_lr}")
-        if not self.proximal_mu >= 0:
-            raise ConfigError(f"proximal-mu must be >= 0, got {self.proximal_mu}")
-        if not self.fedopt_eta > 0:
-            raise ConfigError(
-                f"fedopt-eta (server learning rate) must be > 0, got {self.fedopt_eta}"
-            )
-        for key, value in (
-            ("fedopt-beta1", self.fedopt_beta1),
-            ("fedopt-beta2", self.fedopt_beta2),
-        ):
-            if not 0.0 <= value < 1.0:
-                raise ConfigError(f"{key} must be in [0, 1), got {value}")
-        for key, value in (
-            ("update-norm-factor", self.update_norm_factor),
-            ("max-update-norm", self.max_update_norm),
-        ):
-            if not (value >= 0 and value < float("inf")):
-                raise ConfigError(f"{key} must be >= 0 (0 turns it off), got {value}")
-        if not 0.0 <= self.trimmed_beta < 0.5:
-            raise ConfigError(
-                f"trimmed-beta (share cut at each end) must be in [0, 0.5), got {self.trimmed_beta}"
-            )
-        if self.method == "krum" and self.clients_per_round < 2 * self.krum_malicious + 3:
-            raise ConfigError(
-                f"Krum needs clients-per-round >= 2 x krum-malicious + 3 = "
-                f"{2 * self.krum_malicious + 3}, got {self.clients_per_round}; lower "
-                "krum-malicious or raise clients-per-round"
-            )
         if 0 < self.update_norm_factor <= 1:
             raise ConfigError(
                 f"update-norm-factor={self.update_norm_factor} would drop honest updates above "
                 "the round's median; use a value > 1 (default 10), or 0 to turn it off"
             )
-        if not self.fedopt_tau > 0:
-            raise ConfigError(f"fedopt-tau (adaptivity) must be > 0, got {self.fedopt_tau}")
-        for key, value in (
-            ("feddyn-alpha", self.feddyn_alpha),
-            ("perfedavg-alpha", self.perfedavg_alpha),
-            ("perfedavg-beta", self.perfedavg_beta),
-            ("pfedme-lambda", self.pfedme_lambda),
-            ("pfedme-personal-lr", self.pfedme_personal_lr),
-        ):
-            if not (value > 0 and math.isfinite(value)):
-                raise ConfigError(f"{key} must be a finite number > 0, got {value}")
-        if self.pfedme_inner_steps < 1:
-            raise ConfigError(f"pfedme-inner-steps must be >= 1, got {self.pfedme_inner_steps}")
-        if not 0.0 < self.pfedme_beta <= 2.0:
-            raise ConfigError(
-                f"pfedme-beta (server mixing) must be in (0, 2] (1 = plain mean), got "
-                f"{self.pfedme_beta}"
-            )
-        if self.embedding_dp_epsilon:
-            from ripple_flwr.privacy.mechanism import check_dp_params
-
-            try:
-                check_dp_params(
-                    self.embedding_dp_epsilon,
-                    self.embedding_dp_delta,
-                    self.embedding_dp_clip or 1.0,
-                )
-            except ValueError as err:
-                raise ConfigError(str(err)) from err
-            if not METHODS[self.method].needs_router or self.router != "gmm-vae":
-                raise ConfigError(
-                    f"embedding-dp-epsilon={self.embedding_dp_epsilon} protects the WST embedding, "
-                    f"which only methods with the gmm-vae router send; method={self.method!r} "
-                    f"router={self.router!r} sends none. Set embedding-dp-epsilon=0 or use "
-                    "method='ripple' with router='gmm-vae'."
-                )
-        if self.cfl_warmup < 1:
-            raise ConfigError(f"cfl-warmup must be >= 1 round, got {self.cfl_warmup}")
-        if not (0 < self.cfl_eps1 < math.inf and 0 < self.cfl_eps2 < math.inf):
-            raise ConfigError(
-                f"cfl-eps1 and cfl-eps2 must be finite numbers > 0, got {self.cfl_eps1} and "
-                f"{self.cfl_eps2}"
-            )
-        if self.cfl_max_clusters < 1:
-            raise ConfigError(f"cfl-max-clusters must be >= 1, got {self.cfl_max_clusters}")
-        for key, value in (
-            ("node-wait-timeout", self.node_wait_timeout),
-            ("round-timeout", self.round_timeout),
-        ):
-            if not value > 0:
-                raise ConfigError(f"{key} must be > 0 seconds, got {value}")
-        needed = self.aux_size + self.total_partitions * self.partition_size
-        shape = _KNOWN_SHAPES.get(self.base_dataset)
-        if self.base_dataset == "mnist-5k" and needed > 5000:
-            raise ConfigError(
-                f"mnist-5k has 5000 images: aux-size={self.aux_size} + (num-partitions="
-                f"{self.num_partitions} + new-clients={self.new_clients}) x partition-size="
-                f"{self.partition_size} = {needed}"
-            )
-        if shape is not None:
-            self.check_image_shape(shape)
-
-    def check_image_shape(self, image_shape: tuple[int, ...]) -> None:
-        """Reject a scattering scale J too large for the images (kymatio needs 2**J < side)."""
-        from ripple_flwr.wst.embedder import validate_scattering
-
-        try:
-            validate_scattering(tuple(int(s) for s in image_shape), self.J, self.L)
-        except ValueError as err:
-            raise ConfigError(str(err)) from err
 
     # -- derived -----------------------------------------------------------------------
     @property
@@ -389,15 +325,6 @@ class RunSettings:
     def total_partitions(self) -> int:
         """Training clients plus held-out new clients: the number of SuperNodes."""
         return self.num_partitions + self.new_clients
-
-    @property
-    def summary_kind(self) -> str:
-        """What a client sends in the one-shot round: ``embedding``, ``mean`` or ``none``."""
-        from ripple_flwr.app.registry import METHODS
-
-        if not METHODS[self.method].needs_router:
-            return "none"
-        return "mean" if self.router == "mean-unmixing" else "embedding"
 
     @property
     def explained_variance_or_none(self) -> float | None:
@@ -424,35 +351,6 @@ class RunSettings:
             kwargs["alpha_new"] = float(self.alpha_new)
         return kwargs
 
-    def pretrain_settings(self):
-        """The :class:`~ripple_flwr.router.pretrain.PretrainSettings` the run pre-trains with."""
-        from ripple_flwr.router.pretrain import PretrainSettings, TrainSettings
-        from ripple_flwr.router.synthetic import BankSettings
-
-        client_size = self.pretrain_client_size or self.partition_size
-        return PretrainSettings(
-            dataset=self.dataset,
-            data_root=self.data_root_or_none,
-            label_kind=self.label_kind,
-            aux_size=self.aux_size,
-            data_seed=self.data_seed,
-            num_components=self.num_components,
-            J=self.J,
-            L=self.L,
-            svd_rank=self.svd_rank,
-            explained_variance=self.explained_variance_or_none,
-            bank=BankSettings(num_clients=self.pretrain_bank_size, client_size=client_size),
-            heldout_clients=max(50, min(1000, self.pretrain_bank_size // 10)),
-            train=TrainSettings(
-                steps=self.pretrain_steps,
-                eval_every=max(1, min(500, self.pretrain_steps // 5)),
-            ),
-            seed=self.seed,
-            real_clients=20,
-            real_client_size=client_size,
-            cache_dir=str(self.cache_root() / "banks"),
-        )
-
     def cache_root(self) -> Path:
         """``cache-dir``, else ``$RIPPLE_CACHE_DIR``, else ``~/.cache/ripple-flwr``."""
         if self.cache_dir:
@@ -461,36 +359,37 @@ class RunSettings:
 
     def key(self) -> str:
         """A short hash of all settings (in-process cache key)."""
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        body = asdict(self) | {"options": dict(self.options)}
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _scalar_type(name: str) -> type:
-    """The scalar type of a field (a Literal of strings is a str; its values are checked later)."""
-    hint = get_type_hints(RunSettings)[name]
-    if get_origin(hint) is Literal:
-        return type(get_args(hint)[0])
-    return hint
+def _field_options() -> tuple[Option, ...]:
+    hints = get_type_hints(RunSettings)
+    out = []
+    for f in fields(RunSettings):
+        if f.name == "options":
+            continue
+        hint = hints[f.name]
+        choices: tuple[str, ...] = ()
+        if get_origin(hint) is Literal:
+            choices = get_args(hint)
+            hint = type(choices[0])
+        m = f.metadata
+        out.append(
+            Option(
+                f.name.replace("_", "-"),
+                hint,
+                f.default,
+                m["doc"],
+                low=m["low"],
+                high=m["high"],
+                low_open=m["low_open"],
+                high_open=m["high_open"],
+                choices=choices,
+                finite=m["finite"],
+            )
+        )
+    return tuple(out)
 
 
-def _coerce(key: str, raw: Any, typ: type) -> Any:
-    if typ is float and isinstance(raw, int | float) and not isinstance(raw, bool):
-        return float(raw)
-    if typ is int and isinstance(raw, float) and raw.is_integer():
-        return int(raw)
-    if typ is not bool and isinstance(raw, bool) or not isinstance(raw, typ):
-        raise ConfigError(f"{key} must be {typ.__name__}, got {raw!r} ({type(raw).__name__})")
-    return raw
-
-
-def settings_from_context(run_config: Mapping[str, Any]) -> RunSettings:
-    """Parse a run config once per process (the same config gives the same object)."""
-    key = json.dumps(dict(run_config), sort_keys=True, default=str)
-    cached = _PARSED.get(key)
-    if cached is None:
-        cached = RunSettings.from_run_config(run_config)
-        _PARSED.clear()
-        _PARSED[key] = cached
-    return cached
-
-
-_PARSED: dict[str, RunSettings] = {}
+_FIELD_OPTIONS = _field_options()

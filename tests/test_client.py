@@ -16,6 +16,7 @@ from ripple_flwr.app.client import (
     record_to_state,
     state_to_record,
 )
+from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.data import cache as federation_cache
 from ripple_flwr.settings import RunSettings
 from ripple_flwr.training.models import build_model, get_state
@@ -45,7 +46,7 @@ def test_query_sends_the_wst_embedding_once(cache_dir):
     phi = reply.content.array_records["summary"]["phi"].numpy()
     info = reply.content.config_records["info"]
     assert info["partition-id"] == 1 and info["num-partitions"] == 6
-    fed = federation_cache.cached_federation(RunSettings.from_run_config(cfg))
+    fed = federation_cache.cached_federation(parse_run_config(cfg))
     expected = SpectralEmbedder((1, 28, 28), J=3, L=8, prototype=PrototypeSettings(20)).embed(
         fed.client_images(1)
     )
@@ -59,7 +60,7 @@ def test_query_mean_and_none(cache_dir):
         _msg({"config": ConfigRecord({"summary": "mean"})}, "query.embed"), _context(cfg, pid=2)
     )
     mean = reply.content.array_records["summary"]["phi"].numpy()
-    fed = federation_cache.cached_federation(RunSettings.from_run_config(cfg))
+    fed = federation_cache.cached_federation(parse_run_config(cfg))
     np.testing.assert_allclose(mean, fed.client_images(2).reshape(60, -1).mean(0), rtol=1e-6)
     reply = handle_query(
         _msg({"config": ConfigRecord({"summary": "none"})}, "query.embed"), _context(cfg)
@@ -110,13 +111,13 @@ def test_train_and_evaluate_handlers(cache_dir):
     assert m["num-examples"] == 12 and m["partition-id"] == 0
     # A share of the client's 12 test images, and the same as scoring the model directly.
     assert m["accuracy"] * 12 == pytest.approx(round(m["accuracy"] * 12))
-    direct = evaluate_client(RunSettings.from_run_config(cfg), 0, new)
+    direct = evaluate_client(parse_run_config(cfg), 0, new)
     assert (m["accuracy"], m["loss"]) == (direct["accuracy"], direct["loss"])
 
 
 def test_federation_cache_on_disk(tmp_path):
     cfg = tiny_run_config(tmp_path)
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     federation_cache._FEDERATIONS.clear()  # built in another cache folder earlier
     built = federation_cache.cached_federation(settings)
     files = list((tmp_path / "federations").glob("federation-*.npz"))

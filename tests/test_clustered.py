@@ -18,9 +18,10 @@ from ripple_flwr.aggregation.clustering import (
 from ripple_flwr.app.candidates import lowest_loss, payload_records, split_candidates
 from ripple_flwr.app.records import record_to_state, state_to_record
 from ripple_flwr.app.registry import MethodInputs, get_method
+from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.strategies.core.zero_shot import onboard_new_clients
 from ripple_flwr.runs.results import arrayrecord_nbytes
-from ripple_flwr.settings import ConfigError, RunSettings
+from ripple_flwr.settings import ConfigError
 from ripple_flwr.training.loops import evaluate_model
 
 
@@ -110,7 +111,7 @@ def test_the_real_client_chooses_on_its_training_split(tmp_path):
     from ripple_flwr.training.models import build_model, get_state, set_state
 
     cfg = tiny_run_config(tmp_path, method="ifca")
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     fed = cached_federation(settings)
     models = []
     for seed in range(3):
@@ -179,10 +180,10 @@ def run_method(method: str, rounds: int = 1, app=None, models=None, **over):
         "update-norm-factor": 0.0,
         **over,
     }
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     models = models or [state(10.0), state(90.0)]
     inputs = MethodInputs(settings, models[0], fresh_state=lambda i: models[i])
-    strategy = get_method(method).build(inputs)
+    strategy = get_method(method).make(inputs)
     app = app or Clients()
     grid = FakeGrid(cfg, num_nodes=4 + settings.new_clients, app=app)
     strategy.start(grid, state_to_record(models[0]), num_rounds=rounds)
@@ -324,4 +325,4 @@ def test_new_clients_choose_a_cluster_model_on_their_training_split():
 )
 def test_bad_cfl_settings_are_refused(key, value):
     with pytest.raises(ConfigError, match=key):
-        RunSettings.from_run_config({"method": "cfl", key: value}).validate()
+        parse_run_config({"method": "cfl", key: value}).validate()

@@ -9,16 +9,21 @@ import pytest
 from conftest import tiny_run_config
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-from ripple_flwr.privacy.mechanism import gaussian_sigma, privatize_embedding
-from ripple_flwr.privacy.release import (
+from ripple_flwr.app.records import (
     DP_CONFIG,
     DP_RECORD,
+    mechanism_from_records,
+    mechanism_records,
+)
+from ripple_flwr.app.run_config import parse_run_config
+from ripple_flwr.privacy.mechanism import gaussian_sigma, privatize_embedding
+from ripple_flwr.privacy.release import (
     NOISE_SEED_KEY,
     PublicMechanism,
     noise_generator,
     public_mechanism,
 )
-from ripple_flwr.settings import ConfigError, RunSettings
+from ripple_flwr.settings import ConfigError
 
 
 def mechanism(p: int = 6, r: int = 2, epsilon: float = 1.0) -> PublicMechanism:
@@ -37,8 +42,8 @@ def mechanism(p: int = 6, r: int = 2, epsilon: float = 1.0) -> PublicMechanism:
 
 def test_the_mechanism_travels_unchanged_and_releases_as_privatize_embedding():
     mech = mechanism()
-    recs = mech.to_records()
-    back = PublicMechanism.from_records(recs[DP_RECORD], recs[DP_CONFIG])
+    recs = mechanism_records(mech)
+    back = mechanism_from_records(recs[DP_RECORD], recs[DP_CONFIG])
     for key in ("center", "scale", "basis", "lift"):
         np.testing.assert_array_equal(getattr(back, key), getattr(mech, key))
     assert (back.clip, back.epsilon, back.delta, back.log_space) == (0.7, 1.0, 1e-5, True)
@@ -83,7 +88,7 @@ def test_noise_is_secret_unless_the_node_fixes_its_seed():
 def test_bad_dp_settings_are_refused(over, match):
     cfg = {"method": "ripple", "embedding-dp-epsilon": 4.0, **over}
     with pytest.raises(ConfigError, match=match):
-        RunSettings.from_run_config(cfg).validate()
+        parse_run_config(cfg).validate()
 
 
 def test_the_client_sends_the_noisy_release_only(tiny_checkpoint, cache_dir):
@@ -92,7 +97,7 @@ def test_the_client_sends_the_noisy_release_only(tiny_checkpoint, cache_dir):
     from ripple_flwr.router.pretrain import load_checkpoint
 
     cfg = tiny_run_config(cache_dir, method="ripple", checkpoint=str(tiny_checkpoint))
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     fed = cached_federation(settings)
     ckpt = load_checkpoint(tiny_checkpoint)
     emb = embedder_for(settings, fed.dataset.image_shape)
@@ -110,7 +115,7 @@ def test_the_client_sends_the_noisy_release_only(tiny_checkpoint, cache_dir):
     node = {"partition-id": 2, "num-partitions": 6, NOISE_SEED_KEY: 11}
     ctx = Context(run_id=1, node_id=5, node_config=node, state=RecordDict(), run_config=cfg)
     msg = Message(
-        RecordDict({"config": ConfigRecord({"summary": "embedding"}), **mech.to_records()}),
+        RecordDict({"config": ConfigRecord({"summary": "embedding"}), **mechanism_records(mech)}),
         dst_node_id=5,
         message_type="query.embed",
     )

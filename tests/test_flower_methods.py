@@ -19,9 +19,9 @@ from flwr.serverapp import strategy as flower
 from ripple_flwr.aggregation.mixing import uniform_sample
 from ripple_flwr.app.records import record_to_state, state_to_record
 from ripple_flwr.app.registry import MethodInputs, get_method
+from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.strategies.core.flower import FlowerModel, fedopt_kwargs
 from ripple_flwr.app.strategies.core.grid import SampledGrid
-from ripple_flwr.settings import RunSettings
 
 STATE = {
     "w": np.array([1.0, -2.0, 0.5, 3.0], dtype=np.float32),
@@ -59,13 +59,13 @@ class LinearClients:
 
 FLOWER_CLASSES = {
     "fedavg": lambda s: flower.FedAvg(),
-    "fedprox": lambda s: flower.FedProx(proximal_mu=s.proximal_mu),
+    "fedprox": lambda s: flower.FedProx(proximal_mu=s.option("proximal-mu")),
     "fedadam": lambda s: flower.FedAdam(**fedopt_kwargs(s)),
     "fedyogi": lambda s: flower.FedYogi(**fedopt_kwargs(s)),
     "fedadagrad": lambda s: flower.FedAdagrad(**fedopt_kwargs(s, moments=False)),
     "fedmedian": lambda s: flower.FedMedian(),
-    "fedtrimmedavg": lambda s: flower.FedTrimmedAvg(beta=s.trimmed_beta),
-    "krum": lambda s: flower.Krum(num_malicious_nodes=s.krum_malicious),
+    "fedtrimmedavg": lambda s: flower.FedTrimmedAvg(beta=s.option("trimmed-beta")),
+    "krum": lambda s: flower.Krum(num_malicious_nodes=s.option("krum-malicious")),
 }
 # Krum's guarantee needs clients-per-round >= 2 f + 3; these runs train 4 per round.
 OVERRIDES = {"krum": {"krum-malicious": 0}}
@@ -83,7 +83,7 @@ def run_method(method: str, rounds: int = 3, **over):
         "fedopt-eta": 0.05,
         **over,
     }
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     clients = LinearClients()
     copies: list[Message] = []
 
@@ -93,7 +93,7 @@ def run_method(method: str, rounds: int = 3, **over):
 
     grid = FakeGrid(cfg, app=clients, faults={p: keep_a_copy for p in range(6)})
     grid.reply_copies = copies
-    strategy = get_method(method).build(MethodInputs(settings, STATE))
+    strategy = get_method(method).make(MethodInputs(settings, STATE))
     result = strategy.start(grid, state_to_record(STATE), num_rounds=rounds)
     return settings, strategy, grid, clients, result
 
@@ -178,9 +178,9 @@ def test_bad_reply_is_dropped_before_flower_sees_it():
         "num-components": 2,
         "round-timeout": 5.0,
     }
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     grid = FakeGrid(cfg, app=LinearClients(), faults={1: poison})
-    strategy = get_method("fedadam").build(MethodInputs(settings, STATE))
+    strategy = get_method("fedadam").make(MethodInputs(settings, STATE))
     result = strategy.start(grid, state_to_record(STATE), num_rounds=2)
     assert all(np.isfinite(v).all() for v in record_to_state(result.arrays).values())
     assert [[d.partition for d in r.dropped] for r in strategy.ledger.rounds] == [[1], [1]]
@@ -189,15 +189,14 @@ def test_bad_reply_is_dropped_before_flower_sees_it():
 
 def test_a_new_one_model_method_needs_no_code_outside_its_file():
     # FedAvgM is in Flower but not in the app: one small class makes it a working method.
-    from ripple_flwr.app.strategies.core.flower import flower_kwargs
-
     class FedAvgMMethod(FlowerModel, flower.FedAvgM):
+        state_fields = ("current_arrays", "momentum_vector")
+
         def __init__(self, settings, initial_state):
-            flower.FedAvgM.__init__(self, **flower_kwargs(settings), server_momentum=0.5)
-            self._init_app(settings, initial_state)
+            super().__init__(settings, initial_state, server_momentum=0.5)
 
     cfg = {"method": "fedavg", "num-partitions": 6, "clients-per-round": 3, "num-components": 2}
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     strategy = FedAvgMMethod(settings, STATE)
     result = strategy.start(FakeGrid(cfg, app=LinearClients()), state_to_record(STATE), 2)
     assert isinstance(result.arrays, ArrayRecord)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from conftest import FakeGrid, tiny_run_config
 
+from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.server import run_server
 from ripple_flwr.runs.saved_runs import load_run
 from ripple_flwr.testing import faults
@@ -69,14 +70,14 @@ def test_huge_updates_are_dropped_and_named_models_stay_sane(
 
 def test_huge_updates_never_reach_ripples_cluster_models(cache_dir):
     from ripple_flwr.app.records import state_to_record
+    from ripple_flwr.app.run_config import parse_run_config
     from ripple_flwr.app.server import build_strategy, initial_state
     from ripple_flwr.data.cache import cached_federation
-    from ripple_flwr.settings import RunSettings
 
     stacked = {}
     for name, fault in (("clean", None), ("huge", faults.FAULTS["huge-weights"]())):
         cfg = tiny_run_config(cache_dir, **{"clients-per-round": 6, "num-server-rounds": 2})
-        settings = RunSettings.from_run_config(cfg)
+        settings = parse_run_config(cfg)
         fed = cached_federation(settings)
         state = initial_state(settings, fed.dataset.image_shape, fed.dataset.num_classes)
         strategy = build_strategy(settings, state, fed)
@@ -265,12 +266,11 @@ def test_huge_updates_never_reach_the_clustered_baselines_models(method, cache_d
     from ripple_flwr.app.records import state_to_record
     from ripple_flwr.app.server import build_strategy, initial_state
     from ripple_flwr.data.cache import cached_federation
-    from ripple_flwr.settings import RunSettings
 
     cfg = tiny_run_config(
         cache_dir, method=method, **{"clients-per-round": 6, "num-server-rounds": 2}
     )
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     fed = cached_federation(settings)
     state = initial_state(settings, fed.dataset.image_shape, fed.dataset.num_classes)
     strategy = build_strategy(settings, state, fed)

@@ -13,6 +13,7 @@ from conftest import tiny_run_config
 
 from ripple_flwr.aggregation.hdb import collapse_weights
 from ripple_flwr.aggregation.mixing import mix_model
+from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.cli import onboard
 from ripple_flwr.data.cache import cached_federation
 from ripple_flwr.io.integrity import seal
@@ -27,7 +28,6 @@ from ripple_flwr.runs.saved_runs import (
     save_model,
     save_run,
 )
-from ripple_flwr.settings import RunSettings
 from ripple_flwr.training.models import build_model, get_state
 from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder
 
@@ -47,7 +47,7 @@ def stacked_models(m: int, image_shape, num_classes: int, seed: int = 0) -> dict
 def world(cache_dir, tiny_checkpoint):
     """The tiny federation, its settings, and 4 random cluster models."""
     cfg = tiny_run_config(cache_dir, method="ripple", checkpoint=str(tiny_checkpoint))
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     fed = cached_federation(settings)
     shape, classes = fed.dataset.image_shape, fed.dataset.num_classes
     return {

@@ -7,8 +7,10 @@ import dataclasses
 import pytest
 
 from ripple_flwr.app import registry as methods
-from ripple_flwr.app.registry import METHODS, MethodSpec, get_method, register
-from ripple_flwr.settings import ConfigError, RunSettings
+from ripple_flwr.app.registry import METHODS, MethodSpec, all_options, get_method, register
+from ripple_flwr.app.run_config import check_run, summary_kind
+from ripple_flwr.app.strategies.fedavg import FedAvgMethod
+from ripple_flwr.settings import ConfigError, Option, RunSettings
 from ripple_flwr.training.rules import CLIENT_RULES
 
 
@@ -16,7 +18,7 @@ def _spec(**over) -> MethodSpec:
     base = {
         "name": "toy",
         "summary": "a toy method",
-        "build": lambda inp: None,
+        "strategy": FedAvgMethod,
         "models": "one",
         "exports": "global",
     }
@@ -29,24 +31,15 @@ def scratch_registry(monkeypatch):
     return methods.METHODS
 
 
-def test_every_documented_method_is_registered():
-    assert set(METHODS) >= {
-        "ripple",
-        "oracle",
-        "fedavg",
-        "fedprox",
-        "fedadam",
-        "fedyogi",
-        "fedadagrad",
-        "scaffold",
-        "feddyn",
-        "perfedavg",
-        "pfedme",
-        "local",
-    }
-    for spec in METHODS.values():
+def test_every_registered_method_is_complete():
+    assert METHODS, "no method registered"
+    for name, spec in METHODS.items():
+        assert name == spec.name
         spec.check()
         assert spec.client_rule in CLIENT_RULES
+        assert "state_fields" in vars(spec.strategy), f"{name} declares no state"
+        # Every option it reads is parsed from a run config, and only those of registered ones.
+        assert set(o.key for o in spec.options) <= set(o.key for o in all_options())
 
 
 def test_duplicate_name_is_refused(scratch_registry):
@@ -60,7 +53,9 @@ def test_duplicate_name_is_refused(scratch_registry):
         ({"name": ""}, "must be a lower-case word"),
         ({"name": "Fed Avg"}, "must be a lower-case word"),
         ({"summary": " "}, "has no summary"),
-        ({"build": None}, "build must be callable"),
+        ({"strategy": None}, "strategy must be an AppStrategy class"),
+        ({"strategy": object}, "strategy must be an AppStrategy class"),
+        ({"build": 3}, "build must be callable"),
         ({"models": "two"}, "models='two'"),
         ({"exports": "weights"}, "exports='weights'"),
         ({"client_rule": "scaffold-ii"}, "client_rule='scaffold-ii' is not one of sgd"),
@@ -75,11 +70,31 @@ def test_incomplete_spec_is_refused(scratch_registry, over, message):
 
 def test_registered_method_is_accepted_by_the_config(scratch_registry):
     with pytest.raises(ConfigError, match="method='toy' is not one of ripple, oracle"):
-        RunSettings(method="toy")
+        check_run(RunSettings(method="toy"))
     register(_spec())
-    assert RunSettings(method="toy").summary_kind == "none"
+    check_run(RunSettings(method="toy"))
+    assert summary_kind(RunSettings(method="toy")) == "none"
     register(_spec(name="toyrouted", exports="clusters", needs_router=True))
-    assert RunSettings(method="toyrouted").summary_kind == "embedding"
+    assert summary_kind(RunSettings(method="toyrouted")) == "embedding"
+
+
+def test_a_strategy_that_declares_no_state_is_refused(scratch_registry):
+    class Forgetful(FedAvgMethod):  # keeps whatever it likes, says nothing
+        pass
+
+    with pytest.raises(ValueError, match="Forgetful does not declare state_fields"):
+        register(_spec(strategy=Forgetful))
+
+
+def test_an_option_may_not_shadow_a_setting_or_differ_between_methods(scratch_registry):
+    def with_options(*opts):
+        return type("Opt", (FedAvgMethod,), {"options": opts, "state_fields": ()})
+
+    with pytest.raises(ValueError, match="option 'lr' is a run setting"):
+        register(_spec(strategy=with_options(Option("lr", float, 0.1, "again"))))
+    other_mu = Option("proximal-mu", float, 0.5, "another mu", low=0)
+    with pytest.raises(ValueError, match="'proximal-mu' is declared differently"):
+        register(_spec(strategy=with_options(other_mu)))
 
 
 def test_unknown_method_lists_the_registered_ones():
@@ -90,10 +105,10 @@ def test_unknown_method_lists_the_registered_ones():
 def test_hdb_is_allowed_only_for_methods_with_routing_weights():
     for name, spec in METHODS.items():
         if spec.routing_weights:
-            assert RunSettings(method=name, refine="hdb").refine == "hdb"
+            check_run(RunSettings(method=name, refine="hdb"))
         else:
             with pytest.raises(ConfigError, match="Use method='ripple' or 'oracle'"):
-                RunSettings(method=name, refine="hdb")
+                check_run(RunSettings(method=name, refine="hdb"))
 
 
 def test_specs_are_frozen():

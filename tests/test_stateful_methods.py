@@ -24,7 +24,8 @@ from torch.nn import functional as F
 from ripple_flwr.app.node_state import NodeStore
 from ripple_flwr.app.records import record_to_state, state_to_record
 from ripple_flwr.app.registry import MethodInputs, get_method
-from ripple_flwr.settings import ConfigError, RunSettings
+from ripple_flwr.app.run_config import parse_run_config
+from ripple_flwr.settings import ConfigError
 from ripple_flwr.training.models import get_state, set_state
 from ripple_flwr.training.rules import (
     CLIENT_RULES,
@@ -88,7 +89,7 @@ class RuleClients:
     def __call__(self, msg: Message, context) -> Message:
         pid = int(context.node_config["partition-id"])
         kind = msg.metadata.message_type
-        settings = RunSettings.from_run_config(context.run_config)
+        settings = parse_run_config(context.run_config)
         if kind.startswith("query"):
             info = ConfigRecord(
                 {"partition-id": pid, "num-partitions": N_CLIENTS, "num-examples": N_EXAMPLES}
@@ -162,9 +163,9 @@ def run(method: str, app=None, faults=None, **over):
         **METHOD_KEYS[method],
         **over,
     }
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     grid = FakeGrid(cfg, app=app or RuleClients(), faults=faults)
-    strategy = get_method(method).build(MethodInputs(settings, initial_state()))
+    strategy = get_method(method).make(MethodInputs(settings, initial_state()))
     strategy.start(grid, state_to_record(initial_state()), num_rounds=ROUNDS)
     stores = [NodeStore(ctx.state) for ctx in grid.contexts.values()]
     return strategy, grid, stores
@@ -478,13 +479,17 @@ def test_scaffold_option_two_with_momentum_uses_effective_steps():
 )
 def test_new_keys_are_validated(key, value):
     with pytest.raises(ConfigError, match=key):
-        RunSettings.from_run_config({key: value})
+        parse_run_config({key: value})
 
 
 def test_paper_defaults():
-    s = RunSettings()
-    assert (s.feddyn_alpha, s.perfedavg_alpha, s.perfedavg_beta) == (0.01, 0.01, 1e-3)
-    assert (s.pfedme_lambda, s.pfedme_inner_steps) == (15.0, 5)
+    s = parse_run_config({})
+    assert [s.option(k) for k in ("feddyn-alpha", "perfedavg-alpha", "perfedavg-beta")] == [
+        0.01,
+        0.01,
+        1e-3,
+    ]
+    assert (s.option("pfedme-lambda"), s.option("pfedme-inner-steps")) == (15.0, 5)
 
 
 def test_a_client_that_failed_before_keeping_state_is_not_reported_lost(cache_dir, tmp_path):

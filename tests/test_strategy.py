@@ -12,6 +12,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRec
 
 from ripple_flwr.aggregation.mixing import mix_models
 from ripple_flwr.app.client import record_to_state, state_to_record
+from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.server import build_strategy, initial_state, run_server
 from ripple_flwr.app.strategies.core.admission import NotEnoughClientsError, wait_for_nodes
 from ripple_flwr.app.strategies.core.base import client_train_config
@@ -70,7 +71,7 @@ def toy_run(faults=None, server_lr=0.5, clients=4, **over):
         "round-timeout": 0.5,  # silent clients time out quickly
         **over,
     }
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     toy = ToyClients()
     grid = FakeGrid(cfg, app=toy, faults=faults)
     strategy = RippleStrategy(settings, TOY_STATE, weights=TOY_W, truth=TOY_W)
@@ -107,7 +108,7 @@ def test_training_messages_carry_the_w_mix(tiny_checkpoint, cache_dir):
     cfg = tiny_run_config(
         cache_dir, method="ripple", checkpoint=str(tiny_checkpoint), **{"num-server-rounds": 1}
     )
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     from ripple_flwr.data.cache import cached_federation
 
     fed = cached_federation(settings)
@@ -259,7 +260,7 @@ class SpyRouter:
 
 def test_bad_embeddings_are_rejected_before_the_encoder(tiny_checkpoint, cache_dir, caplog):
     cfg = tiny_run_config(cache_dir, method="ripple", checkpoint=str(tiny_checkpoint))
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     spy = SpyRouter(load_checkpoint(tiny_checkpoint).router("gmm-vae"))
     strategy = RippleStrategy(settings, TOY_STATE, router=spy)
     faults = {0: _summary_fault("short"), 3: _summary_fault("nan"), 4: _summary_fault("inf")}
@@ -327,7 +328,7 @@ def test_fewer_nodes_than_expected_is_a_clear_error_not_a_hang():
     }
     grid = FakeGrid(cfg, num_nodes=4, app=ToyClients())
     grid.contexts = dict(list(grid.contexts.items())[:2])  # only 2 of 4 nodes connected
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     strategy = RippleStrategy(settings, TOY_STATE, weights=TOY_W)
     t0 = time.monotonic()
     with pytest.raises(
@@ -342,7 +343,7 @@ def test_node_with_other_num_partitions_is_left_out(cache_dir):
     cfg = tiny_run_config(cache_dir, **{"num-server-rounds": 1})
     nodes = [{"partition-id": i, "num-partitions": 6} for i in range(5)]
     nodes.append({"partition-id": 5, "num-partitions": 7})  # misconfigured SuperNode
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     from ripple_flwr.data.cache import cached_federation
 
     fed = cached_federation(settings)
@@ -386,7 +387,7 @@ def _uniform_reference(cfg):
 
 
 def test_local_only_trains_each_client_only_when_sampled():
-    settings = RunSettings.from_run_config(
+    settings = parse_run_config(
         {"method": "local", "num-partitions": 4, "clients-per-round": 2, "num-components": 2}
     )
     toy = ToyClients()
@@ -401,7 +402,7 @@ def test_local_only_trains_each_client_only_when_sampled():
 
 
 def test_fedavg_is_flowers_weighted_average():
-    settings = RunSettings.from_run_config(
+    settings = parse_run_config(
         {"method": "fedavg", "num-partitions": 4, "clients-per-round": 4, "num-components": 2}
     )
     grid = FakeGrid({"num-partitions": 4}, app=ToyClients())

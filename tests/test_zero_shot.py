@@ -13,10 +13,11 @@ from ripple_flwr.aggregation.hdb import collapse_weights
 from ripple_flwr.aggregation.mixing import mix_models
 from ripple_flwr.app.candidates import split_candidates
 from ripple_flwr.app.client import record_to_state, state_to_record
+from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.strategies.core.zero_shot import onboard_new_clients
 from ripple_flwr.app.strategies.fedavg import FedAvgMethod
 from ripple_flwr.app.strategies.ripple import RippleStrategy
-from ripple_flwr.settings import ConfigError, RunSettings
+from ripple_flwr.settings import ConfigError
 
 STATE = {"w": np.array([1.0, 2.0, 3.0], dtype=np.float32), "n": np.array(0, dtype=np.int64)}
 
@@ -77,7 +78,7 @@ def toy(best_by_loss: bool = True, rounds: int = 3):
         "round-timeout": 0.5,
         "best-by-loss": best_by_loss,
     }
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     clients = Clients(total=5)
     grid = FakeGrid(cfg, app=clients, join_after={3: 1})
     strategy = RippleStrategy(settings, STATE, weights=W, truth=W)
@@ -141,7 +142,7 @@ def test_fedavg_onboards_new_clients_with_its_global_model():
         "num-components": 2,
         "round-timeout": 0.5,
     }
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     clients = Clients(total=5)
     strategy = FedAvgMethod(settings, STATE)
     grid = FakeGrid(cfg, app=clients)
@@ -162,7 +163,7 @@ def test_hdb_trains_k_hat_models_on_collapsed_weights():
         share = rng.uniform(0.3, 0.7)
         w[i, comps] = [share, 1 - share]
     w = 0.98 * w + 0.005
-    settings = RunSettings.from_run_config(
+    settings = parse_run_config(
         {
             "method": "oracle",
             "refine": "hdb",
@@ -195,12 +196,12 @@ def test_hdb_trains_k_hat_models_on_collapsed_weights():
 
 def test_hdb_needs_routing_weights():
     with pytest.raises(ConfigError, match="refine='hdb'.*method='fedavg'"):
-        RunSettings.from_run_config({"method": "fedavg", "refine": "hdb"})
+        parse_run_config({"method": "fedavg", "refine": "hdb"})
 
 
 def test_new_clients_must_fit_the_dataset():
     with pytest.raises(ConfigError, match="new-clients=10"):
-        RunSettings.from_run_config({"num-partitions": 20, "new-clients": 10})
+        parse_run_config({"num-partitions": 20, "new-clients": 10})
 
 
 def test_ripple_run_with_hdb_and_new_clients_end_to_end(tiny_checkpoint, cache_dir, tmp_path):
@@ -240,7 +241,7 @@ def test_ripple_run_with_hdb_and_new_clients_end_to_end(tiny_checkpoint, cache_d
     assert results["num_models"] == results["hdb"]["num_models"] >= 1
     # Onboarding outside the run gives the very model the server sent the new client.
     onboarder = Onboarder.from_path(results["saved_run"])
-    settings = RunSettings.from_run_config(cfg)
+    settings = parse_run_config(cfg)
     fed = cached_federation(settings)
     got = onboarder.onboard(fed.client_images(6))
     sent = [
@@ -260,7 +261,7 @@ def test_rotated_domains_are_found_before_round_one(tmp_path):
     from ripple_flwr.runs.results import routing_metrics
     from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder
 
-    settings = RunSettings.from_run_config(
+    settings = parse_run_config(
         {
             "dataset": "rotated-mnist-5k",
             "label-kind": "domain",

@@ -37,11 +37,18 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 
 from ripple_flwr.app.candidates import lowest_loss, split_candidates
 from ripple_flwr.app.node_state import NodeStore
-from ripple_flwr.app.records import record_to_state, state_to_record
+from ripple_flwr.app.records import (
+    DP_CONFIG,
+    DP_RECORD,
+    mechanism_from_records,
+    record_to_state,
+    state_to_record,
+)
 from ripple_flwr.app.registry import get_method
+from ripple_flwr.app.run_config import settings_from_context, summary_kind
 from ripple_flwr.data.cache import cached_federation
-from ripple_flwr.privacy.release import DP_CONFIG, DP_RECORD, PublicMechanism, noise_generator
-from ripple_flwr.settings import RunSettings, settings_from_context
+from ripple_flwr.privacy.release import noise_generator
+from ripple_flwr.settings import RunSettings
 from ripple_flwr.training.loops import evaluate_model
 from ripple_flwr.training.models import build_model, get_state, set_state
 from ripple_flwr.training.rules import (
@@ -255,13 +262,13 @@ def handle_query(msg: Message, context: Context) -> Message:
     """One-shot round: reply with the client's summary (computed locally) and its identity."""
     settings, pid = _settings_and_pid(context)
     config = msg.content.config_records.get("config", ConfigRecord())
-    kind = str(config.get("summary", settings.summary_kind))
+    kind = str(config.get("summary", summary_kind(settings)))
     t0 = time.perf_counter()
     phi = client_summary(settings, pid, kind)
     private = phi is not None and DP_RECORD in msg.content.array_records
     if private:
         # Clipped and noised here, with a secret generator, before anything leaves the node.
-        mech = PublicMechanism.from_records(
+        mech = mechanism_from_records(
             msg.content.array_records[DP_RECORD], msg.content.config_records[DP_CONFIG]
         )
         phi = mech.release(phi, noise_generator(dict(context.node_config)))

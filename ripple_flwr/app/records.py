@@ -17,7 +17,9 @@ import math
 from io import BytesIO
 
 import numpy as np
-from flwr.app import Array, ArrayRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord
+
+from ripple_flwr.privacy.release import PublicMechanism
 
 _NPY_V1 = b"\x93NUMPY\x01\x00"
 _MAX_LAYOUTS = 4096
@@ -83,3 +85,18 @@ def state_to_record(state: dict[str, np.ndarray]) -> ArrayRecord:
 def record_to_state(record: ArrayRecord) -> dict[str, np.ndarray]:
     """The numpy arrays of an ArrayRecord, in its key order (writable copies)."""
     return {k: from_array(v) for k, v in record.items()}
+
+
+# -- the public DP mechanism in the one-shot query ------------------------------------------------
+DP_RECORD = "dp"  # ArrayRecord of the public mechanism in the query message
+DP_CONFIG = "dp-config"  # ConfigRecord: epsilon, delta, clip, log-space
+
+
+def mechanism_records(mech: PublicMechanism) -> dict[str, ArrayRecord | ConfigRecord]:
+    """The records that carry ``mech`` to every client in the query message."""
+    return {DP_RECORD: state_to_record(mech.arrays()), DP_CONFIG: ConfigRecord(mech.config())}
+
+
+def mechanism_from_records(arrays: ArrayRecord, config: ConfigRecord) -> PublicMechanism:
+    """The inverse of :func:`mechanism_records`."""
+    return PublicMechanism.from_parts(record_to_state(arrays), dict(config))

@@ -15,14 +15,30 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 
+from ripple_flwr.app.strategies.cfl import CFL
+from ripple_flwr.app.strategies.core.base import AppStrategy
+from ripple_flwr.app.strategies.fedadagrad import FedAdagradMethod
+from ripple_flwr.app.strategies.fedadam import FedAdamMethod
+from ripple_flwr.app.strategies.fedavg import FedAvgMethod
+from ripple_flwr.app.strategies.feddyn import FedDyn
+from ripple_flwr.app.strategies.fedmedian import FedMedianMethod
+from ripple_flwr.app.strategies.fedprox import FedProxMethod
+from ripple_flwr.app.strategies.fedtrimmedavg import FedTrimmedAvgMethod
+from ripple_flwr.app.strategies.fedyogi import FedYogiMethod
+from ripple_flwr.app.strategies.fesem import FeSEM
+from ripple_flwr.app.strategies.ifca import IFCA
+from ripple_flwr.app.strategies.krum import KrumMethod
+from ripple_flwr.app.strategies.local_only import LocalOnly
+from ripple_flwr.app.strategies.perfedavg import PerFedAvg
+from ripple_flwr.app.strategies.pfedme import PFedMe
+from ripple_flwr.app.strategies.ripple import RippleStrategy
+from ripple_flwr.app.strategies.scaffold import Scaffold
+from ripple_flwr.settings import Option, RunSettings
 from ripple_flwr.training.rules import CLIENT_RULES
-
-if TYPE_CHECKING:
-    from ripple_flwr.settings import RunSettings
 
 ModelCount = Literal["clusters", "one", "per-client"]
 Export = Literal["clusters", "global", "none"]
@@ -56,13 +72,15 @@ class MethodSpec:
     Parameters
     ----------
     name : the ``method`` run-config value.
-    summary : one line for the README and ``--help``.
-    build : MethodInputs -> the strategy (an ``AppStrategy`` + Flower ``Strategy``).
+    summary : one line for the generated method table (README, docs/methods.md).
+    strategy : the strategy class (an ``AppStrategy``); it declares ``options``,
+        ``state_fields`` and ``check_settings``.
     models : how many models the server holds: ``clusters`` (K, or K_hat),
         ``one`` (a global model) or ``per-client``.
     exports : what a saved run keeps for onboarding outside the run:
         ``clusters`` (with the router), ``global`` or ``none``.
     client_rule : the key of the clients' training rule in ``CLIENT_RULES``.
+    build : MethodInputs -> the strategy; default ``strategy(settings, initial_state)``.
     needs_router : the server loads or pre-trains the GMM-VAE and clients send
         their summary in the one-shot round.
     routing_weights : the method has per-client weights w that Ripple-HDB can refine.
@@ -70,12 +88,29 @@ class MethodSpec:
 
     name: str
     summary: str
-    build: Callable[[MethodInputs], Any]
+    strategy: type
     models: ModelCount
     exports: Export
     client_rule: str = "sgd"
     needs_router: bool = False
     routing_weights: bool = False
+    build: Callable[[MethodInputs], Any] | None = None
+
+    @property
+    def options(self) -> tuple[Option, ...]:
+        """The run-config keys the method reads (declared by its strategy class)."""
+        return self.strategy.declared_options()
+
+    @property
+    def state(self) -> tuple[str, ...]:
+        """What the method keeps between rounds and a checkpoint saves."""
+        return self.strategy.declared_state()
+
+    def make(self, inputs: MethodInputs) -> Any:
+        """The method's strategy for one run."""
+        if self.build is not None:
+            return self.build(inputs)
+        return self.strategy(inputs.settings, inputs.initial_state)
 
     def check(self) -> None:
         """Refuse an incomplete or inconsistent entry, naming what is wrong."""
@@ -83,8 +118,18 @@ class MethodSpec:
             raise ValueError(f"method name {self.name!r} must be a lower-case word")
         if not self.summary.strip():
             raise ValueError(f"method {self.name!r} has no summary")
-        if not callable(self.build):
+        if not (isinstance(self.strategy, type) and issubclass(self.strategy, AppStrategy)):
+            raise ValueError(f"method {self.name!r}: strategy must be an AppStrategy class")
+        if "state_fields" not in vars(self.strategy):
+            raise ValueError(
+                f"method {self.name!r}: {self.strategy.__name__} does not declare state_fields "
+                "(what it keeps between rounds, saved for resume; () if nothing of its own)"
+            )
+        if self.build is not None and not callable(self.build):
             raise ValueError(f"method {self.name!r}: build must be callable")
+        for opt in self.options:
+            if not isinstance(opt, Option):
+                raise ValueError(f"method {self.name!r}: option {opt!r} is not an Option")
         if self.models not in get_args(ModelCount):
             raise ValueError(f"method {self.name!r}: models={self.models!r} not in {ModelCount}")
         if self.exports not in get_args(Export):
@@ -102,12 +147,34 @@ METHODS: dict[str, MethodSpec] = {}
 
 
 def register(spec: MethodSpec) -> MethodSpec:
-    """Add ``spec`` to the registry; a duplicate name or an incomplete entry is an error."""
+    """Add ``spec`` to the registry; a duplicate name or an incomplete entry is an error.
+
+    An option key may be shared by several methods only as the same declaration
+    (FedOpt's), and never clash with a :class:`RunSettings` field.
+    """
     spec.check()
     if spec.name in METHODS:
         raise ValueError(f"method {spec.name!r} is registered already")
+    fields = {o.key for o in RunSettings.fields_as_options()}
+    known = {o.key: o for o in all_options()}
+    for opt in spec.options:
+        if opt.key in fields:
+            raise ValueError(f"method {spec.name!r}: option {opt.key!r} is a run setting")
+        if opt.key in known and known[opt.key] != opt:
+            raise ValueError(
+                f"method {spec.name!r}: option {opt.key!r} is declared differently elsewhere"
+            )
     METHODS[spec.name] = spec
     return spec
+
+
+def all_options() -> tuple[Option, ...]:
+    """Every registered method's options, each key once, in registration order."""
+    out: dict[str, Option] = {}
+    for spec in METHODS.values():
+        for opt in spec.options:
+            out.setdefault(opt.key, opt)
+    return tuple(out.values())
 
 
 def method_names() -> tuple[str, ...]:
@@ -124,218 +191,151 @@ def get_method(name: str) -> MethodSpec:
 
 
 # -- the entries ---------------------------------------------------------------------------------
-def _ripple(inp: MethodInputs):
-    from ripple_flwr.app.strategies.ripple import RippleStrategy
-
+def _ripple(inp: MethodInputs) -> RippleStrategy:
     return RippleStrategy(
         inp.settings, inp.initial_state, router=inp.router, truth=inp.true_mixtures
     )
 
 
-def _oracle(inp: MethodInputs):
-    from ripple_flwr.app.strategies.ripple import RippleStrategy
-
+def _oracle(inp: MethodInputs) -> RippleStrategy:
     return RippleStrategy(
         inp.settings, inp.initial_state, weights=inp.true_mixtures, truth=inp.true_mixtures
     )
 
 
-def _ifca(inp: MethodInputs):
-    from ripple_flwr.app.strategies.ifca import IFCA
-
-    k = inp.settings.num_components
-    return IFCA(inp.settings, inp.initial_states(k), truth=inp.true_mixtures)
-
-
-def _fesem(inp: MethodInputs):
-    from ripple_flwr.app.strategies.fesem import FeSEM
-
-    k = inp.settings.num_components
-    return FeSEM(inp.settings, inp.initial_states(k), truth=inp.true_mixtures)
-
-
-def _cfl(inp: MethodInputs):
-    from ripple_flwr.app.strategies.cfl import CFL
-
-    return CFL(inp.settings, inp.initial_state, truth=inp.true_mixtures)
-
-
-def _strategy_class(module: str, cls: str) -> Callable[[MethodInputs], Any]:
-    def build(inp: MethodInputs):
-        import importlib
-
-        return getattr(importlib.import_module(module), cls)(inp.settings, inp.initial_state)
+def _k_models(cls: type) -> Callable[[MethodInputs], Any]:
+    def build(inp: MethodInputs) -> Any:
+        k = inp.settings.num_components
+        return cls(inp.settings, inp.initial_states(k), truth=inp.true_mixtures)
 
     return build
 
 
-register(
+def _cfl(inp: MethodInputs) -> CFL:
+    return CFL(inp.settings, inp.initial_state, truth=inp.true_mixtures)
+
+
+ONE = {"models": "one", "exports": "global"}
+CLUSTERS = {"models": "clusters", "exports": "none"}
+
+for _spec in (
     MethodSpec(
         "ripple",
         "Ripple: K cluster models, one-shot GMM-VAE routing, w-mix down, eq. 9 up",
-        _ripple,
+        RippleStrategy,
         models="clusters",
         exports="clusters",
         needs_router=True,
         routing_weights=True,
-    )
-)
-register(
+        build=_ripple,
+    ),
     MethodSpec(
         "oracle",
         "Ripple with w = pi* (the true mixtures): perfect-routing reference",
-        _oracle,
-        models="clusters",
-        exports="none",
+        RippleStrategy,
+        **CLUSTERS,
         routing_weights=True,
-    )
-)
-register(
-    MethodSpec(
-        "fedavg",
-        "FedAvg, Flower's class: one global model",
-        _strategy_class("ripple_flwr.app.strategies.fedavg", "FedAvgMethod"),
-        models="one",
-        exports="global",
-    )
-)
-register(
+        build=_oracle,
+    ),
+    MethodSpec("fedavg", "FedAvg, Flower's class: one global model", FedAvgMethod, **ONE),
     MethodSpec(
         "fedprox",
         "FedProx, Flower's class: FedAvg plus mu/2 ||w - w_global||^2 on the clients",
-        _strategy_class("ripple_flwr.app.strategies.fedprox", "FedProxMethod"),
-        models="one",
-        exports="global",
+        FedProxMethod,
+        **ONE,
         client_rule="fedprox",
-    )
-)
-register(
+    ),
     MethodSpec(
         "fedadam",
         "FedAdam, Flower's class: Adam on the server over the mean update",
-        _strategy_class("ripple_flwr.app.strategies.fedadam", "FedAdamMethod"),
-        models="one",
-        exports="global",
-    )
-)
-register(
+        FedAdamMethod,
+        **ONE,
+    ),
     MethodSpec(
         "fedyogi",
         "FedYogi, Flower's class: Yogi on the server over the mean update",
-        _strategy_class("ripple_flwr.app.strategies.fedyogi", "FedYogiMethod"),
-        models="one",
-        exports="global",
-    )
-)
-register(
+        FedYogiMethod,
+        **ONE,
+    ),
     MethodSpec(
         "fedadagrad",
         "FedAdagrad, Flower's class: Adagrad on the server over the mean update",
-        _strategy_class("ripple_flwr.app.strategies.fedadagrad", "FedAdagradMethod"),
-        models="one",
-        exports="global",
-    )
-)
-register(
+        FedAdagradMethod,
+        **ONE,
+    ),
     MethodSpec(
         "scaffold",
         "SCAFFOLD: server control c and client controls c_i correct every local step",
-        _strategy_class("ripple_flwr.app.strategies.scaffold", "Scaffold"),
-        models="one",
-        exports="global",
+        Scaffold,
+        **ONE,
         client_rule="scaffold",
-    )
-)
-register(
+    ),
     MethodSpec(
         "feddyn",
         "FedDyn: clients add -<g_k, theta> + alpha/2 ||theta - theta_prev||^2, server state h",
-        _strategy_class("ripple_flwr.app.strategies.feddyn", "FedDyn"),
-        models="one",
-        exports="global",
+        FedDyn,
+        **ONE,
         client_rule="feddyn",
-    )
-)
-register(
+    ),
     MethodSpec(
         "perfedavg",
         "Per-FedAvg (first order): MAML steps, scored after one alpha step on the train split",
-        _strategy_class("ripple_flwr.app.strategies.perfedavg", "PerFedAvg"),
-        models="one",
-        exports="global",
+        PerFedAvg,
+        **ONE,
         client_rule="perfedavg",
-    )
-)
-register(
+    ),
     MethodSpec(
         "pfedme",
         "pFedMe: Moreau-envelope personal models theta_tilde, server beta-mix of local models",
-        _strategy_class("ripple_flwr.app.strategies.pfedme", "PFedMe"),
-        models="one",
-        exports="global",
+        PFedMe,
+        **ONE,
         client_rule="pfedme",
-    )
-)
-register(
+    ),
     MethodSpec(
         "fedmedian",
         "FedMedian, Flower's class: coordinate-wise median of the replies (robust)",
-        _strategy_class("ripple_flwr.app.strategies.fedmedian", "FedMedianMethod"),
-        models="one",
-        exports="global",
-    )
-)
-register(
+        FedMedianMethod,
+        **ONE,
+    ),
     MethodSpec(
         "fedtrimmedavg",
         "FedTrimmedAvg, Flower's class: coordinate-wise trimmed mean (robust)",
-        _strategy_class("ripple_flwr.app.strategies.fedtrimmedavg", "FedTrimmedAvgMethod"),
-        models="one",
-        exports="global",
-    )
-)
-register(
+        FedTrimmedAvgMethod,
+        **ONE,
+    ),
     MethodSpec(
         "krum",
         "Krum, Flower's class: the reply closest to its neighbours (robust)",
-        _strategy_class("ripple_flwr.app.strategies.krum", "KrumMethod"),
-        models="one",
-        exports="global",
-    )
-)
-register(
+        KrumMethod,
+        **ONE,
+    ),
     MethodSpec(
         "ifca",
         "IFCA: all K models to each client, it trains the lowest-loss one (K x FedAvg down)",
-        _ifca,
-        models="clusters",
-        exports="none",
-    )
-)
-register(
+        IFCA,
+        **CLUSTERS,
+        build=_k_models(IFCA),
+    ),
     MethodSpec(
         "fesem",
         "FeSEM: each client trains the centre nearest (L2) its own last model; centre = mean",
-        _fesem,
-        models="clusters",
-        exports="none",
-    )
-)
-register(
+        FeSEM,
+        **CLUSTERS,
+        build=_k_models(FeSEM),
+    ),
     MethodSpec(
         "cfl",
         "CFL: one model, split by cosine similarity of updates when the joint one stalls",
-        _cfl,
-        models="clusters",
-        exports="none",
-    )
-)
-register(
+        CFL,
+        **CLUSTERS,
+        build=_cfl,
+    ),
     MethodSpec(
         "local",
         "local-only: each client trains alone, only in the rounds it is sampled",
-        _strategy_class("ripple_flwr.app.strategies.local_only", "LocalOnly"),
+        LocalOnly,
         models="per-client",
         exports="none",
-    )
-)
+    ),
+):
+    register(_spec)

@@ -18,8 +18,9 @@ import numpy as np
 import torch
 from flwr.serverapp import Grid
 
-from ripple_flwr.app.records import state_to_record
+from ripple_flwr.app.records import mechanism_records, state_to_record
 from ripple_flwr.app.registry import MethodInputs, get_method
+from ripple_flwr.app.run_config import check_image_shape, parse_run_config
 from ripple_flwr.app.strategies.core.zero_shot import onboard_new_clients
 from ripple_flwr.data.cache import cached_federation
 from ripple_flwr.io.integrity import IntegrityError
@@ -29,6 +30,7 @@ from ripple_flwr.router.pretrain import (
     checkpoint_settings,
     load_checkpoint,
     pretrain,
+    pretrain_settings_for,
 )
 from ripple_flwr.router.synthetic import BANK_FORMAT_VERSION
 from ripple_flwr.runs.outputs import confined_results_path, output_root
@@ -43,7 +45,7 @@ log = logging.getLogger("flwr.ripple")
 
 def checkpoint_cache_path(settings: RunSettings) -> Path:
     """Where the run's pre-trained checkpoint is cached: a hash of the pretrain settings."""
-    ps = asdict(settings.pretrain_settings())
+    ps = asdict(pretrain_settings_for(settings))
     for volatile in ("cache_dir", "device"):
         ps.pop(volatile, None)
     # A change of the bank's sampling or of the checkpoint format invalidates it too.
@@ -56,7 +58,7 @@ def resolve_checkpoint(
     settings: RunSettings, image_shape: tuple[int, int, int]
 ) -> tuple[Checkpoint, dict[str, Any]]:
     """Load ``checkpoint`` (checked against the run), or pre-train one and cache it."""
-    ps = settings.pretrain_settings()
+    ps = pretrain_settings_for(settings)
     expected = checkpoint_settings(
         ps, image_shape, embedding_dim(image_shape, settings.J, settings.L)
     )
@@ -114,7 +116,7 @@ def build_strategy(settings: RunSettings, state, federation, router=None):
         router=router,
         fresh_state=lambda i: initial_state(settings, shape, classes, index=i),
     )
-    return get_method(settings.method).build(inputs)
+    return get_method(settings.method).make(inputs)
 
 
 def save_for_onboarding(
@@ -240,7 +242,7 @@ def ship_embedding_dp(settings: RunSettings, ckpt, federation, strategy) -> dict
         seed=settings.data_seed,
         client_size=settings.partition_size,
     )
-    strategy.roster.query_records = mech.to_records()
+    strategy.roster.query_records = mechanism_records(mech)
     info = {
         "epsilon": mech.epsilon,
         "delta": mech.delta,
@@ -266,7 +268,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     """The whole ServerApp: validate, route, federate, evaluate, write results."""
     t_start = time.perf_counter()
     avoid_hugepage_stalls()
-    settings = RunSettings.from_run_config(run_config)
+    settings = parse_run_config(run_config)
     log.info("Ripple run: %s", json.dumps(settings.to_dict()))
     results_path = confined_results_path(settings)  # before any work
     saved_state = load_resume_state(settings) if settings.resume else None
@@ -274,7 +276,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     t0 = time.perf_counter()
     federation = cached_federation(settings)
     dataset = federation.dataset
-    settings.check_image_shape(dataset.image_shape)
+    check_image_shape(settings, dataset.image_shape)
     data_seconds = time.perf_counter() - t0
 
     t0 = time.perf_counter()

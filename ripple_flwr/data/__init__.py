@@ -14,13 +14,14 @@ from ripple_flwr.data.partition import (
     train_test_split_indices,
     true_mixtures,
 )
-from ripple_flwr.data.registry import available_datasets, load_dataset
+from ripple_flwr.data.registry import available_datasets, image_shape_of, load_dataset
 from ripple_flwr.data.rotated import rotate_dataset
 
 __all__ = [
     "Federation",
     "ImageDataset",
     "available_datasets",
+    "image_shape_of",
     "build_federation",
     "default_data_root",
     "dirichlet_partition",

@@ -34,6 +34,24 @@ BASE_LOADERS: dict[str, Callable[[str | None], ImageDataset]] = {
 }
 
 
+# Image shapes of the registered datasets, known without loading them (to refuse a too-large
+# scattering scale J before any data is read).
+IMAGE_SHAPES: dict[str, tuple[int, int, int]] = {
+    "mnist-5k": (1, 28, 28),
+    "mnist": (1, 28, 28),
+    "fashion-mnist": (1, 28, 28),
+    "cifar10": (3, 32, 32),
+    "cifar100": (3, 32, 32),
+}
+
+
+def image_shape_of(name: str) -> tuple[int, int, int] | None:
+    """The (C, H, W) of dataset ``name`` (rotated variants included), if known without loading."""
+    key = name.strip().lower()
+    key = key[len(ROTATED_PREFIX) :] if key.startswith(ROTATED_PREFIX) else key
+    return IMAGE_SHAPES.get(key)
+
+
 def available_datasets() -> list[str]:
     """Every name :func:`load_dataset` accepts: the base sets and their rotated variants."""
     return list(BASE_LOADERS) + [ROTATED_PREFIX + name for name in BASE_LOADERS]

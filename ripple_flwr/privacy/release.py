@@ -19,16 +19,14 @@ coordinates, then mapped back by the conditional mean.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord
 
 from ripple_flwr.privacy.mechanism import gaussian_sigma, privatize_embedding, reference_projection
 
-DP_RECORD = "dp"  # ArrayRecord of the public mechanism in the query message
-DP_CONFIG = "dp-config"  # ConfigRecord: epsilon, delta, clip, log-space
 NOISE_SEED_KEY = "dp-noise-seed"  # node config: fixes the node's noise (tests, benchmarks only)
 _REFERENCE_KEY = 104729
 
@@ -51,26 +49,29 @@ class PublicMechanism:
         """Standard deviation of the noise on each of the ``basis`` coordinates."""
         return gaussian_sigma(self.epsilon, self.delta, 2.0 * self.clip)
 
-    def to_records(self) -> dict[str, Any]:
-        arrays = {
-            k: Array(np.asarray(getattr(self, k), dtype=np.float64))
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The mechanism's arrays (float64), as they travel in the query message."""
+        return {
+            k: np.asarray(getattr(self, k), dtype=np.float64)
             for k in ("center", "scale", "basis", "lift")
         }
-        config = ConfigRecord(
-            {
-                "epsilon": float(self.epsilon),
-                "delta": float(self.delta),
-                "clip": float(self.clip),
-                "log-space": bool(self.log_space),
-            }
-        )
-        return {DP_RECORD: ArrayRecord(arrays), DP_CONFIG: config}
+
+    def config(self) -> dict[str, float | bool]:
+        """The mechanism's scalars, as they travel in the query message."""
+        return {
+            "epsilon": float(self.epsilon),
+            "delta": float(self.delta),
+            "clip": float(self.clip),
+            "log-space": bool(self.log_space),
+        }
 
     @classmethod
-    def from_records(cls, arrays: ArrayRecord, config: ConfigRecord) -> PublicMechanism:
-        got = {k: arrays[k].numpy() for k in ("center", "scale", "basis", "lift")}
+    def from_parts(
+        cls, arrays: Mapping[str, np.ndarray], config: Mapping[str, Any]
+    ) -> PublicMechanism:
+        """The inverse of :meth:`arrays` and :meth:`config`."""
         return cls(
-            **got,
+            **{k: np.asarray(arrays[k]) for k in ("center", "scale", "basis", "lift")},
             clip=float(config["clip"]),
             epsilon=float(config["epsilon"]),
             delta=float(config["delta"]),

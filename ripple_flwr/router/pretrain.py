@@ -26,10 +26,11 @@ from ripple_flwr.data import (
     server_aux_split,
 )
 from ripple_flwr.io.integrity import seal, verify
+from ripple_flwr.io.jsonable import to_jsonable
 from ripple_flwr.router.routers import GMMVAERouter, MeanUnmixingRouter, UniformRouter, routing_l1
 from ripple_flwr.router.synthetic import BankSettings, SyntheticBank, cached_bank
 from ripple_flwr.router.vae import GMMVAE, GMMVAEConfig, LossWeights, gmm_vae_loss, prune_weights
-from ripple_flwr.runs.results import to_jsonable
+from ripple_flwr.settings import RunSettings
 from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,33 @@ class PretrainSettings:
             raise ValueError(f"K (num-components) must be >= 2, got {self.num_components}")
         if self.label_kind not in ("class", "domain"):
             raise ValueError(f"label-kind must be 'class' or 'domain', got {self.label_kind!r}")
+
+
+def pretrain_settings_for(settings: RunSettings) -> PretrainSettings:
+    """The :class:`PretrainSettings` a federated run pre-trains its router with."""
+    client_size = settings.pretrain_client_size or settings.partition_size
+    return PretrainSettings(
+        dataset=settings.dataset,
+        data_root=settings.data_root_or_none,
+        label_kind=settings.label_kind,
+        aux_size=settings.aux_size,
+        data_seed=settings.data_seed,
+        num_components=settings.num_components,
+        J=settings.J,
+        L=settings.L,
+        svd_rank=settings.svd_rank,
+        explained_variance=settings.explained_variance_or_none,
+        bank=BankSettings(num_clients=settings.pretrain_bank_size, client_size=client_size),
+        heldout_clients=max(50, min(1000, settings.pretrain_bank_size // 10)),
+        train=TrainSettings(
+            steps=settings.pretrain_steps,
+            eval_every=max(1, min(500, settings.pretrain_steps // 5)),
+        ),
+        seed=settings.seed,
+        real_clients=20,
+        real_client_size=client_size,
+        cache_dir=str(settings.cache_root() / "banks"),
+    )
 
 
 def resolve_device(device: str) -> str:

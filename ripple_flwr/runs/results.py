@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from ripple_flwr.io.jsonable import to_jsonable
+
 log = logging.getLogger("flwr.ripple")
 
 RESULTS_VERSION = 1
@@ -126,24 +128,6 @@ def tail_mean(values: list[float], last: int = 3) -> float:
 def default_results_path(method: str, seed: int, root: str | Path = "outputs") -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path(root) / f"ripple-{method}-seed{seed}-{stamp}.json"
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Plain JSON types from dicts, tuples, numpy arrays and scalars, paths (NaN -> None)."""
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating | float):
-        f = float(obj)
-        return f if math.isfinite(f) else None
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
 
 
 def write_results(path: str | Path, results: dict[str, Any], plot: bool = True) -> Path:

@@ -41,8 +41,8 @@ import torch
 from ripple_flwr.aggregation.hdb import collapse_weights
 from ripple_flwr.aggregation.mixing import mix_model, mix_stacked, unstack
 from ripple_flwr.io.integrity import IntegrityError, seal, verify
+from ripple_flwr.io.jsonable import to_jsonable
 from ripple_flwr.router.pretrain import load_checkpoint, resolve_device
-from ripple_flwr.runs.results import to_jsonable
 from ripple_flwr.training.models import build_model, set_state
 from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder
 

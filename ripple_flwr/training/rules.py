@@ -28,6 +28,8 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
+from ripple_flwr.settings import Option
+
 if TYPE_CHECKING:
     from ripple_flwr.settings import RunSettings
 
@@ -463,14 +465,56 @@ def train_with_rule(
     return stats, rule.finish(model, int(stats["steps"]))
 
 
+# The options the client rules read (the methods' strategy files list them too).
+FEDDYN_ALPHA = Option(
+    "feddyn-alpha",
+    float,
+    0.01,
+    "FedDyn: alpha of the linear + proximal terms (paper)",
+    low=0,
+    low_open=True,
+)
+PERFEDAVG_ALPHA = Option(
+    "perfedavg-alpha",
+    float,
+    0.01,
+    "Per-FedAvg: inner (personalisation) step alpha (paper)",
+    low=0,
+    low_open=True,
+)
+PERFEDAVG_BETA = Option(
+    "perfedavg-beta",
+    float,
+    1e-3,
+    "Per-FedAvg: meta step beta (common reference code)",
+    low=0,
+    low_open=True,
+)
+PFEDME_LAMBDA = Option(
+    "pfedme-lambda", float, 15.0, "pFedMe: Moreau-envelope lambda (paper)", low=0, low_open=True
+)
+PFEDME_INNER_STEPS = Option(
+    "pfedme-inner-steps", int, 5, "pFedMe: K inner steps for the personal model (paper)", low=1
+)
+PFEDME_PERSONAL_LR = Option(
+    "pfedme-personal-lr",
+    float,
+    0.09,
+    "pFedMe: inner solver's step (pFedMe paper, MNIST)",
+    low=0,
+    low_open=True,
+)
+
 RuleFactory = Callable[["RunSettings"], ClientRule]
 
 CLIENT_RULES: dict[str, RuleFactory] = {
     "sgd": lambda s: PenaltyRule(sgd_rule),
     "fedprox": lambda s: PenaltyRule(fedprox_rule),
     "scaffold": lambda s: ScaffoldRule(),
-    "feddyn": lambda s: FedDynRule(s.feddyn_alpha),
-    "perfedavg": lambda s: PerFedAvgRule(s.perfedavg_alpha, s.perfedavg_beta),
-    "pfedme": lambda s: PFedMeRule(s.pfedme_lambda, s.pfedme_inner_steps, s.pfedme_personal_lr),
+    "feddyn": lambda s: FedDynRule(FEDDYN_ALPHA.of(s)),
+    "perfedavg": lambda s: PerFedAvgRule(PERFEDAVG_ALPHA.of(s), PERFEDAVG_BETA.of(s)),
+    "pfedme": lambda s: PFedMeRule(
+        PFEDME_LAMBDA.of(s), PFEDME_INNER_STEPS.of(s), PFEDME_PERSONAL_LR.of(s)
+    ),
 }
 """Every client rule a method may name in its registry entry (``client_rule``)."""

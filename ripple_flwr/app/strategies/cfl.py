@@ -19,7 +19,6 @@ import logging
 
 import numpy as np
 from flwr.app import ArrayRecord
-from flwr.serverapp.strategy import Strategy
 
 from ripple_flwr.aggregation.clustering import (
     State,
@@ -29,29 +28,51 @@ from ripple_flwr.aggregation.clustering import (
 )
 from ripple_flwr.app.strategies.core.clustered import ClusterModels
 from ripple_flwr.app.strategies.core.replies import Accepted
-from ripple_flwr.settings import RunSettings
+from ripple_flwr.settings import Option, RunSettings
+
+CFL_WARMUP = Option("cfl-warmup", int, 60, "CFL: first round a cluster may be split", low=1)
+CFL_EPS1 = Option(
+    "cfl-eps1",
+    float,
+    0.35,
+    "CFL: split when the mean update norm is below this ...",
+    low=0,
+    low_open=True,
+)
+CFL_EPS2 = Option(
+    "cfl-eps2",
+    float,
+    0.9,
+    "CFL: ... and the largest client update norm above this",
+    low=0,
+    low_open=True,
+)
+CFL_MAX_CLUSTERS = Option(
+    "cfl-max-clusters", int, 10, "CFL: at most this many clusters (paper: 10)", low=1
+)
 
 log = logging.getLogger("flwr.ripple")
 
 
-class CFL(ClusterModels, Strategy):
+class CFL(ClusterModels):
     """Clustered FL by recursive bi-partitioning.
 
     Parameters
     ----------
     settings : RunSettings
-        ``cfl_warmup``, ``cfl_eps1``, ``cfl_eps2``, ``cfl_max_clusters``.
+        Its options ``cfl-warmup``, ``cfl-eps1``, ``cfl-eps2``, ``cfl-max-clusters``.
     initial_state : the one initial model.
     truth : the true mixtures pi* by partition id, for the ARI of the final clusters.
     """
 
-    checkpoint_fields = ("criterion",)
+    options = (CFL_WARMUP, CFL_EPS1, CFL_EPS2, CFL_MAX_CLUSTERS)
+    state_fields = ("criterion",)
     keeps_latest = True  # each client's last update
 
     def __init__(
         self, settings: RunSettings, initial_state: State, truth: np.ndarray | None = None
     ) -> None:
-        self._init_clusters(settings, [initial_state], truth)
+        super().__init__(settings, [initial_state], truth)
         # Per round and cluster with >= 2 replies: [round, cluster, mean norm, max norm], so
         # cfl-eps1 / cfl-eps2 can be read off a run (the warm-up rounds included).
         self.criterion: list[list[float]] = []
@@ -70,11 +91,15 @@ class CFL(ClusterModels, Strategy):
         for c in sorted(set(labels)):
             mask = np.array(labels) == c
             split, mean_norm, max_norm = cfl_should_split(
-                updates[mask], weights[mask], s.cfl_eps1, s.cfl_eps2
+                updates[mask], weights[mask], CFL_EPS1.of(s), CFL_EPS2.of(s)
             )
             if mask.sum() >= 2:
                 self.criterion.append([server_round, c, mean_norm, max_norm])
-            if split and server_round >= s.cfl_warmup and self.num_models < s.cfl_max_clusters:
+            if (
+                split
+                and server_round >= CFL_WARMUP.of(s)
+                and self.num_models < CFL_MAX_CLUSTERS.of(s)
+            ):
                 self.split(server_round, c, mean_norm, max_norm)
         return None
 
@@ -105,9 +130,9 @@ class CFL(ClusterModels, Strategy):
             server_round,
             c,
             mean_norm,
-            s.cfl_eps1,
+            CFL_EPS1.of(s),
             max_norm,
-            s.cfl_eps2,
+            CFL_EPS2.of(s),
             event["sizes"][0],
             event["sizes"][1],
             self.num_models,

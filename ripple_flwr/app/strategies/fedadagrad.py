@@ -5,17 +5,20 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import FedAdagrad
 
-from ripple_flwr.app.strategies.core.flower import FlowerModel, fedopt_kwargs, flower_kwargs
+from ripple_flwr.app.strategies.core.flower import (
+    FEDOPT_ETA,
+    FEDOPT_TAU,
+    FlowerModel,
+    fedopt_kwargs,
+)
 from ripple_flwr.settings import RunSettings
 
 
 class FedAdagradMethod(FlowerModel, FedAdagrad):
     """Flower's FedAdagrad over the app's clients; eta and tau from the run config."""
 
-    checkpoint_fields = ("current_arrays", "m_t", "v_t")  # Flower's FedOpt state
+    options = (FEDOPT_ETA, FEDOPT_TAU)
+    state_fields = ("current_arrays", "m_t", "v_t")  # Flower's FedOpt state
 
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
-        FedAdagrad.__init__(
-            self, **flower_kwargs(settings), **fedopt_kwargs(settings, moments=False)
-        )
-        self._init_app(settings, initial_state)
+        super().__init__(settings, initial_state, **fedopt_kwargs(settings, moments=False))

@@ -5,15 +5,22 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import FedAdam
 
-from ripple_flwr.app.strategies.core.flower import FlowerModel, fedopt_kwargs, flower_kwargs
+from ripple_flwr.app.strategies.core.flower import (
+    FEDOPT_BETA1,
+    FEDOPT_BETA2,
+    FEDOPT_ETA,
+    FEDOPT_TAU,
+    FlowerModel,
+    fedopt_kwargs,
+)
 from ripple_flwr.settings import RunSettings
 
 
 class FedAdamMethod(FlowerModel, FedAdam):
     """Flower's FedAdam over the app's clients; eta, beta1, beta2, tau from the run config."""
 
-    checkpoint_fields = ("current_arrays", "m_t", "v_t")  # Flower's FedOpt state
+    options = (FEDOPT_ETA, FEDOPT_BETA1, FEDOPT_BETA2, FEDOPT_TAU)
+    state_fields = ("current_arrays", "m_t", "v_t")  # Flower's FedOpt state
 
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
-        FedAdam.__init__(self, **flower_kwargs(settings), **fedopt_kwargs(settings))
-        self._init_app(settings, initial_state)
+        super().__init__(settings, initial_state, **fedopt_kwargs(settings))

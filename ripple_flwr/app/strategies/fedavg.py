@@ -5,13 +5,15 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import FedAvg
 
-from ripple_flwr.app.strategies.core.flower import FlowerModel, flower_kwargs
+from ripple_flwr.app.strategies.core.flower import FlowerModel
 from ripple_flwr.settings import RunSettings
 
 
 class FedAvgMethod(FlowerModel, FedAvg):
     """Flower's FedAvg (weighted by ``num-examples``) over the app's clients."""
 
+    options = ()
+    state_fields = ()
+
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
-        FedAvg.__init__(self, **flower_kwargs(settings))
-        self._init_app(settings, initial_state)
+        super().__init__(settings, initial_state)

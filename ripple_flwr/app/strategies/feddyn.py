@@ -14,16 +14,18 @@ import numpy as np
 from ripple_flwr.app.strategies.core.global_model import GlobalModel, stacked_mean
 from ripple_flwr.app.strategies.core.replies import Accepted
 from ripple_flwr.settings import RunSettings
+from ripple_flwr.training.rules import FEDDYN_ALPHA
 
 
 class FedDyn(GlobalModel):
     """FedDyn: server state h, client state g_k; alpha = ``feddyn-alpha``."""
 
-    checkpoint_fields = ("h",)
+    options = (FEDDYN_ALPHA,)
+    state_fields = ("h",)
 
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
         super().__init__(settings, initial_state)
-        self.alpha = settings.feddyn_alpha
+        self.alpha = FEDDYN_ALPHA.of(settings)
         self.h = {
             k: np.zeros(v.shape, dtype=np.float64) for k, v in self.zeros_like_floats().items()
         }

@@ -9,13 +9,15 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import FedMedian
 
-from ripple_flwr.app.strategies.core.flower import FlowerModel, flower_kwargs
+from ripple_flwr.app.strategies.core.flower import FlowerModel
 from ripple_flwr.settings import RunSettings
 
 
 class FedMedianMethod(FlowerModel, FedMedian):
     """Flower's FedMedian over the app's clients."""
 
+    options = ()
+    state_fields = ()
+
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
-        FedMedian.__init__(self, **flower_kwargs(settings))
-        self._init_app(settings, initial_state)
+        super().__init__(settings, initial_state)

@@ -9,13 +9,19 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import FedProx
 
-from ripple_flwr.app.strategies.core.flower import FlowerModel, flower_kwargs
-from ripple_flwr.settings import RunSettings
+from ripple_flwr.app.strategies.core.flower import FlowerModel
+from ripple_flwr.settings import Option, RunSettings
+
+PROXIMAL_MU = Option(
+    "proximal-mu", float, 0.01, "FedProx: clients add mu/2 ||w - w_global||^2", low=0
+)
 
 
 class FedProxMethod(FlowerModel, FedProx):
     """Flower's FedProx over the app's clients; ``proximal-mu`` from the run config."""
 
+    options = (PROXIMAL_MU,)
+    state_fields = ()
+
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
-        FedProx.__init__(self, **flower_kwargs(settings), proximal_mu=settings.proximal_mu)
-        self._init_app(settings, initial_state)
+        super().__init__(settings, initial_state, proximal_mu=PROXIMAL_MU.of(settings))

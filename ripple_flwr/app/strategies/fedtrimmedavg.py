@@ -9,13 +9,25 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import FedTrimmedAvg
 
-from ripple_flwr.app.strategies.core.flower import FlowerModel, flower_kwargs
-from ripple_flwr.settings import RunSettings
+from ripple_flwr.app.strategies.core.flower import FlowerModel
+from ripple_flwr.settings import Option, RunSettings
+
+TRIMMED_BETA = Option(
+    "trimmed-beta",
+    float,
+    0.2,
+    "FedTrimmedAvg: share cut at each end",
+    low=0,
+    high=0.5,
+    high_open=True,
+)
 
 
 class FedTrimmedAvgMethod(FlowerModel, FedTrimmedAvg):
     """Flower's FedTrimmedAvg over the app's clients; ``trimmed-beta`` from the run config."""
 
+    options = (TRIMMED_BETA,)
+    state_fields = ()
+
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
-        FedTrimmedAvg.__init__(self, **flower_kwargs(settings), beta=settings.trimmed_beta)
-        self._init_app(settings, initial_state)
+        super().__init__(settings, initial_state, beta=TRIMMED_BETA.of(settings))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 from flwr.app import ArrayRecord
-from flwr.serverapp.strategy import Strategy
 
 from ripple_flwr.aggregation.clustering import State, flatten, nearest_centres
 from ripple_flwr.app.strategies.core.clustered import ClusterModels
@@ -27,7 +26,7 @@ from ripple_flwr.settings import RunSettings
 _COLD_START_KEY = 0xFE5E  # SeedSequence key of the cold-start assignment
 
 
-class FeSEM(ClusterModels, Strategy):
+class FeSEM(ClusterModels):
     """FeSEM with K = ``num-components`` centres.
 
     Parameters
@@ -37,12 +36,13 @@ class FeSEM(ClusterModels, Strategy):
     truth : the true mixtures pi* by partition id, for the ARI of the final assignment.
     """
 
+    state_fields = ("cold_rng",)  # where the cold start's draws stand
     keeps_latest = True  # each client's last returned model
 
     def __init__(
         self, settings: RunSettings, models: list[State], truth: np.ndarray | None = None
     ) -> None:
-        self._init_clusters(settings, models, truth, min_models=2)
+        super().__init__(settings, models, truth, min_models=2)
         self.cold_rng = np.random.default_rng(
             np.random.SeedSequence([settings.seed, _COLD_START_KEY])
         )

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import numpy as np
 from flwr.app import ArrayRecord
-from flwr.serverapp.strategy import Strategy
 
 from ripple_flwr.aggregation.clustering import State
 from ripple_flwr.app.strategies.core.clustered import ClusterModels
@@ -22,7 +21,7 @@ from ripple_flwr.app.strategies.core.replies import Accepted, check_choice
 from ripple_flwr.settings import RunSettings
 
 
-class IFCA(ClusterModels, Strategy):
+class IFCA(ClusterModels):
     """IFCA with K = ``num-components`` models.
 
     Parameters
@@ -32,10 +31,12 @@ class IFCA(ClusterModels, Strategy):
     truth : the true mixtures pi* by partition id, for the ARI of the final choices.
     """
 
+    state_fields = ()  # ClusterModels' (models, assignment, ...)
+
     def __init__(
         self, settings: RunSettings, models: list[State], truth: np.ndarray | None = None
     ) -> None:
-        self._init_clusters(settings, models, truth, min_models=2)
+        super().__init__(settings, models, truth, min_models=2)
 
     def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[list[ArrayRecord]]:
         """All K models to every sampled client (one shared list of records)."""

@@ -9,13 +9,29 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import Krum
 
-from ripple_flwr.app.strategies.core.flower import FlowerModel, flower_kwargs
-from ripple_flwr.settings import RunSettings
+from ripple_flwr.app.strategies.core.flower import FlowerModel
+from ripple_flwr.settings import ConfigError, Option, RunSettings
+
+KRUM_MALICIOUS = Option(
+    "krum-malicious", int, 1, "Krum: malicious clients assumed per round", low=0
+)
 
 
 class KrumMethod(FlowerModel, Krum):
     """Flower's Krum over the app's clients; ``krum-malicious`` from the run config."""
 
+    options = (KRUM_MALICIOUS,)
+    state_fields = ()
+
+    @classmethod
+    def check_settings(cls, settings: RunSettings) -> None:
+        """Krum needs n >= 2f + 3 replies a round to pick one from its neighbours."""
+        f = KRUM_MALICIOUS.of(settings)
+        if settings.clients_per_round < 2 * f + 3:
+            raise ConfigError(
+                f"Krum needs clients-per-round >= 2 x krum-malicious + 3 = {2 * f + 3}, got "
+                f"{settings.clients_per_round}; lower krum-malicious or raise clients-per-round"
+            )
+
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
-        Krum.__init__(self, **flower_kwargs(settings), num_malicious_nodes=settings.krum_malicious)
-        self._init_app(settings, initial_state)
+        super().__init__(settings, initial_state, num_malicious_nodes=KRUM_MALICIOUS.of(settings))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 from flwr.app import ArrayRecord
-from flwr.serverapp.strategy import Strategy
 
 from ripple_flwr.app.strategies.core.admission import QueryResult
 from ripple_flwr.app.strategies.core.base import ServerModels, states_to_records
@@ -17,7 +16,7 @@ from ripple_flwr.app.strategies.core.replies import Accepted
 from ripple_flwr.settings import RunSettings
 
 
-class LocalOnly(ServerModels, Strategy):
+class LocalOnly(ServerModels):
     """One model per client, never shared; all start from the same initialisation.
 
     Parameters
@@ -28,10 +27,10 @@ class LocalOnly(ServerModels, Strategy):
         The initial model every client starts from.
     """
 
-    checkpoint_fields = ("states",)
+    state_fields = ("states",)
 
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
-        self._init_app(settings, initial_state)
+        super().__init__(settings, initial_state)
         self.initial_state = {k: np.array(v) for k, v in initial_state.items()}
         self.states: list[dict[str, np.ndarray]] = []
 

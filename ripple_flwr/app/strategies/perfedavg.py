@@ -13,10 +13,14 @@ import numpy as np
 
 from ripple_flwr.app.strategies.core.global_model import GlobalModel, stacked_mean
 from ripple_flwr.app.strategies.core.replies import Accepted
+from ripple_flwr.training.rules import PERFEDAVG_ALPHA, PERFEDAVG_BETA
 
 
 class PerFedAvg(GlobalModel):
     """Per-FedAvg (FO): the example-weighted mean of the clients' meta-trained models."""
+
+    options = (PERFEDAVG_ALPHA, PERFEDAVG_BETA)  # read by the clients' rule
+    state_fields = ()  # GlobalModel's
 
     def update(self, accepted: list[Accepted]) -> dict[str, np.ndarray]:
         weights = np.asarray([a.num_examples for a in accepted], dtype=np.float64)

@@ -13,15 +13,29 @@ import numpy as np
 
 from ripple_flwr.app.strategies.core.global_model import GlobalModel, stacked_mean
 from ripple_flwr.app.strategies.core.replies import Accepted
-from ripple_flwr.settings import RunSettings
+from ripple_flwr.settings import Option, RunSettings
+from ripple_flwr.training.rules import PFEDME_INNER_STEPS, PFEDME_LAMBDA, PFEDME_PERSONAL_LR
+
+PFEDME_BETA = Option(
+    "pfedme-beta",
+    float,
+    1.0,
+    "pFedMe: server mixing beta (1 = mean of local models)",
+    low=0,
+    high=2,
+    low_open=True,
+)
 
 
 class PFedMe(GlobalModel):
     """pFedMe: the server's beta-mix of the global model and the clients' local models."""
 
+    options = (PFEDME_LAMBDA, PFEDME_INNER_STEPS, PFEDME_PERSONAL_LR, PFEDME_BETA)
+    state_fields = ()  # GlobalModel's
+
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
         super().__init__(settings, initial_state)
-        self.beta = settings.pfedme_beta
+        self.beta = PFEDME_BETA.of(settings)
 
     def update(self, accepted: list[Accepted]) -> dict[str, np.ndarray]:
         weights = np.asarray([a.num_examples for a in accepted], dtype=np.float64)

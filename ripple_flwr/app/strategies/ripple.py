@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord
-from flwr.serverapp.strategy import Strategy
 
 from ripple_flwr.aggregation.hdb import HDBResult, collapse_weights, refine_hdb
 from ripple_flwr.aggregation.mixing import (
@@ -36,7 +35,7 @@ def stack_models(state: dict[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
     return {key: np.repeat(np.asarray(v)[None], k, axis=0) for key, v in state.items()}
 
 
-class RippleStrategy(ServerModels, Strategy):
+class RippleStrategy(ServerModels):
     """Ripple-Strat / Ripple-Unif / Ripple-HDB over the cluster models (and the oracle reference).
 
     Client k receives ``theta_k = sum_c w_kc theta_c`` and returns its full
@@ -65,7 +64,7 @@ class RippleStrategy(ServerModels, Strategy):
         Added to the denominator of eq. 9.
     """
 
-    checkpoint_fields = ("stacked", "weights", "raw_weights", "component_map", "routing")
+    state_fields = ("stacked", "weights", "raw_weights", "component_map", "routing")
 
     def __init__(
         self,
@@ -79,7 +78,7 @@ class RippleStrategy(ServerModels, Strategy):
     ) -> None:
         if router is None and weights is None:
             raise ValueError("RippleStrategy needs a router or fixed weights (the oracle)")
-        self._init_app(settings, initial_state)
+        super().__init__(settings, initial_state)
         self.k = settings.num_components
         self.router = router
         self.fixed_weights = None if weights is None else np.asarray(weights, dtype=np.float64)

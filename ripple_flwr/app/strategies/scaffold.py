@@ -24,9 +24,7 @@ from ripple_flwr.settings import RunSettings
 class Scaffold(GlobalModel):
     """SCAFFOLD: server control c, client controls c_i (``scaffold`` client rule)."""
 
-    checkpoint_fields = ("control",)  # the server's c, saved for a resumed run
-
-    checkpoint_fields = ("control",)
+    state_fields = ("control",)  # the server's c, saved for a resumed run
 
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
         super().__init__(settings, initial_state)

@@ -1,10 +1,21 @@
-"""What every method of the app shares: admission, seeded sampling, evaluation, accounting.
+"""What every method of the app shares: admission, seeded sampling, evaluation, accounting,
+its declared options and state, and the one round loop.
 
-:class:`AppStrategy` is a mixin placed before a Flower strategy class. It
-owns no training rule: :class:`ServerModels` (methods whose models live in
+:class:`AppStrategy` is a Flower ``Strategy``. Its ``__init__`` is cooperative
+(``super().__init__(**kwargs)`` reaches the Flower class that follows it in a
+method's bases, as Flower's own classes chain), and so is :meth:`summary`.
+It owns no training rule: :class:`ServerModels` (methods whose models live in
 the strategy: Ripple, local-only) and
 :class:`~ripple_flwr.app.strategies.core.flower.FlowerModel` (Flower's one-model
 strategies, run as Flower wrote them) add the two halves of a round.
+
+A method declares, in its own class body:
+
+- ``options``: the run-config keys it reads (:class:`~ripple_flwr.settings.Option`);
+- ``state_fields``: the attributes it keeps between rounds, saved and restored
+  on resume by one mechanism (numpy arrays, dicts, lists, scalars and Flower's
+  ``ArrayRecord``); the lists of all bases are joined;
+- ``check_settings``: its own rules on the settings (Krum: ``clients-per-round``).
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result, Strategy
 
 from ripple_flwr.aggregation.mixing import uniform_sample
 from ripple_flwr.aggregation.robust import out_of_bound, state_norm, update_norm
@@ -34,6 +46,7 @@ from ripple_flwr.app.strategies.core.accounting import (
 from ripple_flwr.app.strategies.core.admission import ClientRoster, QueryResult
 from ripple_flwr.app.strategies.core.evaluation import evaluate_messages, score_stats
 from ripple_flwr.app.strategies.core.grid import PollingGrid
+from ripple_flwr.app.strategies.core.loop import run_rounds
 from ripple_flwr.app.strategies.core.replies import (
     Accepted,
     Reference,
@@ -41,9 +54,10 @@ from ripple_flwr.app.strategies.core.replies import (
     collect_evaluations,
     state_reference,
 )
+from ripple_flwr.app.strategies.core.state import from_plain, to_plain
 from ripple_flwr.runs.results import message_nbytes
 from ripple_flwr.runs.resume import save_server_state
-from ripple_flwr.settings import RunSettings
+from ripple_flwr.settings import Option, RunSettings
 
 log = logging.getLogger("flwr.ripple")
 
@@ -66,27 +80,33 @@ def client_train_config(settings: RunSettings) -> ConfigRecord:
     )
 
 
-class AppStrategy:
-    """Mixin for a Flower strategy run over the app's clients.
+class AppStrategy(Strategy):
+    """A Flower strategy run over the app's clients.
 
-    Subclasses call :meth:`_init_app` from ``__init__``, and implement
-    :meth:`eval_payloads`; they may override :meth:`setup`,
-    :meth:`sample_rows`, :meth:`add_clients`, :meth:`onboard_payloads` and
-    :meth:`reference_models`.
+    Subclasses implement :meth:`eval_payloads`; they may override
+    :meth:`setup`, :meth:`sample_rows`, :meth:`add_clients`,
+    :meth:`onboard_payloads` and :meth:`reference_models`, and declare
+    ``options``, ``state_fields`` and :meth:`check_settings`.
     """
 
     summary_kind: str = "none"
     summary_dim: int | None = None
     round_offset: int = 0  # rounds already done before this process (a resumed run)
     checkpoint_path: Path | None = None  # where the server state goes every checkpoint-every
-    # Attributes that make up the method's server state (numpy arrays, dicts, lists, scalars),
-    # saved for resume; each class lists its own, the lists of all bases are joined.
-    checkpoint_fields: tuple[str, ...] = ("failures", "_accepted_norms")
+    # The run-config keys the method reads; each class lists its own, all bases are joined.
+    options: tuple[Option, ...] = ()
+    # Attributes that make up the method's server state between rounds (numpy arrays, dicts,
+    # lists, scalars, ArrayRecords), saved for resume; each class lists its own, the lists of
+    # all bases are joined.
+    state_fields: tuple[str, ...] = ("failures", "_accepted_norms")
     # Extra ArrayRecords every training reply must carry, by record name (SCAFFOLD: its
     # control delta); validated like the model, a reply without them is dropped.
     extra_reply_references: dict[str, Reference] = {}  # noqa: RUF012 (read-only default)
 
-    def _init_app(self, settings: RunSettings, reference: dict[str, np.ndarray]) -> None:
+    def __init__(
+        self, settings: RunSettings, reference: dict[str, np.ndarray], **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)  # the Flower class after this one in the MRO, if any
         self.settings = settings
         self.reference = state_reference(reference)
         self.rng = np.random.default_rng(np.random.SeedSequence([settings.seed, _SAMPLER_KEY]))
@@ -103,6 +123,31 @@ class AppStrategy:
         self._eval_candidates: dict[int, int] = {}
         self._eval: EvaluationRecord | None = None
         self._eval_start = 0.0
+
+    # -- what the method declares ---------------------------------------------------------
+    @classmethod
+    def _joined(cls, attr: str) -> list:
+        out: list = []
+        for klass in reversed(cls.__mro__):
+            for item in klass.__dict__.get(attr, ()):
+                if item not in out:
+                    out.append(item)
+        return out
+
+    @classmethod
+    def declared_options(cls) -> tuple[Option, ...]:
+        """Every option the method reads (its own and its bases')."""
+        return tuple(cls._joined("options"))
+
+    @classmethod
+    def declared_state(cls) -> tuple[str, ...]:
+        """Every attribute saved for resume (its own and its bases')."""
+        return tuple(cls._joined("state_fields"))
+
+    @classmethod
+    def check_settings(cls, settings: RunSettings) -> None:
+        """The method's own rules on the run's settings: raise ConfigError (none by default)."""
+        return None
 
     # -- who takes part --------------------------------------------------------------------
     @property
@@ -192,26 +237,33 @@ class AppStrategy:
         train_config: ConfigRecord | None = None,
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn=None,
-    ):
-        """The one-shot round, then Flower's round loop on a quickly polling grid.
+    ) -> Result:
+        """The one-shot round, then the app's round loop on a quickly polling grid.
 
         ``timeout`` (per round) defaults to the run's ``round-timeout``;
-        ``train_config`` to the run's client optimiser settings.
+        ``train_config`` to the run's client optimiser settings. A resumed run
+        continues from the round after :attr:`round_offset` (see
+        :func:`~ripple_flwr.app.strategies.core.loop.run_rounds`).
         """
+        if evaluate_fn is not None:
+            raise ValueError("the app evaluates on the clients; evaluate_fn is not supported")
         self.num_rounds = num_rounds
         timeout = self.settings.round_timeout if timeout is None else timeout
         if train_config is None:
             train_config = client_train_config(self.settings)
         if self.clients is None:
             self.prepare(grid)
-        result = super().start(  # type: ignore[misc]
+        log.info("Starting %s strategy:", type(self).__name__)
+        self.summary()
+        result = run_rounds(
+            self,
             PollingGrid(grid),
             initial_arrays,
-            num_rounds - self.round_offset,
+            self.round_offset + 1,
+            num_rounds,
             timeout,
             train_config,
-            evaluate_config,
-            evaluate_fn,
+            ConfigRecord() if evaluate_config is None else evaluate_config,
         )
         # No aggregate at all (every reply refused): the model is still the one it started with.
         if not len(result.arrays):
@@ -406,7 +458,6 @@ class AppStrategy:
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Every client gets the model it would receive, on eval rounds only."""
-        server_round += self.round_offset  # Flower's loop counts from 1 after a resume
         if not self.is_eval_round(server_round):
             return []
         payloads = self.eval_payloads(arrays)
@@ -425,7 +476,6 @@ class AppStrategy:
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         """Sample-weighted mean and spread of the clients' personalised accuracies."""
-        server_round += self.round_offset  # Flower's loop counts from 1 after a resume
         try:
             return self._score_round(server_round, replies)
         finally:
@@ -499,14 +549,6 @@ class AppStrategy:
             self.failures.pop(row, None)
 
     # -- resume ----------------------------------------------------------------------------
-    def all_checkpoint_fields(self) -> list[str]:
-        fields: list[str] = []
-        for cls in reversed(type(self).__mro__):
-            for name in cls.__dict__.get("checkpoint_fields", ()):
-                if name not in fields:
-                    fields.append(name)
-        return fields
-
     def server_state(self, server_round: int) -> dict[str, Any]:
         """Everything the server needs to continue after ``server_round``."""
         return {
@@ -516,7 +558,7 @@ class AppStrategy:
             "rng": self.rng.bit_generator.state,
             "ledger": self.ledger.to_dict(),
             "roster": self.roster.to_dict(),
-            "fields": {name: getattr(self, name) for name in self.all_checkpoint_fields()},
+            "fields": {name: to_plain(name, getattr(self, name)) for name in self.declared_state()},
         }
 
     def restore_server_state(self, state: dict[str, Any]) -> None:
@@ -532,7 +574,7 @@ class AppStrategy:
         self.rng.bit_generator.state = state["rng"]
         self.ledger = Ledger.from_dict(state["ledger"])
         for name, value in state["fields"].items():
-            setattr(self, name, value)
+            setattr(self, name, from_plain(value))
         self.round_offset = int(state["round"])
 
     def maybe_checkpoint(self, server_round: int) -> None:
@@ -544,6 +586,7 @@ class AppStrategy:
             log.info("round %d: server state saved to %s", server_round, self.checkpoint_path)
 
     def summary(self) -> None:
+        """The app's line, then the Flower class's own settings (cooperative)."""
         s = self.settings
         log.info(
             "\t├──> %s: %d clients/round of %d, %d rounds, eval every %d, seed %d",
@@ -554,6 +597,7 @@ class AppStrategy:
             s.eval_every,
             s.seed,
         )
+        super().summary()
 
     # -- results ---------------------------------------------------------------------------
     def run_record(self) -> dict[str, Any]:
@@ -591,7 +635,6 @@ class ServerModels(AppStrategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """One message per sampled client, each carrying the model that client receives."""
-        server_round += self.round_offset  # Flower's loop counts from 1 after a resume
         rows = self.begin_round(server_round, grid)
         config = ConfigRecord({**dict(config), "server-round": server_round})
         messages = [
@@ -610,7 +653,6 @@ class ServerModels(AppStrategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Validate, drop the bad replies, apply the good ones."""
-        server_round += self.round_offset  # Flower's loop counts from 1 after a resume
         t0 = time.perf_counter()
         accepted = self.accept_replies(server_round, replies)
         arrays = self.apply_updates(server_round, accepted) if accepted else None

@@ -35,12 +35,12 @@ class ClusterModels(ServerModels):
     :meth:`average_into_clusters`).
     """
 
-    checkpoint_fields = ("models", "assignment", "events", "latest", "has_latest")
+    state_fields = ("models", "assignment", "events", "latest", "has_latest")
     # Whether the method keeps one flattened vector per client (FeSEM: the client's last
     # model; CFL: its last update) in ``latest``; IFCA keeps none.
     keeps_latest: bool = False
 
-    def _init_clusters(
+    def __init__(
         self,
         settings: RunSettings,
         models: list[State],
@@ -51,7 +51,7 @@ class ClusterModels(ServerModels):
             raise ValueError(
                 f"{type(self).__name__} needs K >= {min_models} cluster models, got {len(models)}"
             )
-        self._init_app(settings, models[0])
+        super().__init__(settings, models[0])
         self.models = list(models)
         self.keys = float_keys(models[0])  # what distances, means and updates are taken over
         self.assignment = np.zeros(0, dtype=np.int64)  # row -> cluster, set in setup()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
@@ -25,7 +26,7 @@ from ripple_flwr.app.records import record_to_state, state_to_record
 from ripple_flwr.app.strategies.core.admission import QueryResult
 from ripple_flwr.app.strategies.core.base import AppStrategy
 from ripple_flwr.app.strategies.core.grid import SampledGrid
-from ripple_flwr.settings import RunSettings
+from ripple_flwr.settings import Option, RunSettings
 
 log = logging.getLogger("flwr.ripple")
 
@@ -51,18 +52,23 @@ def flower_kwargs(settings: RunSettings) -> dict:
 class FlowerModel(AppStrategy):
     """The app around one of Flower's one-model strategies (list it first among the bases).
 
-    Subclasses call ``FlowerClass.__init__`` with :func:`flower_kwargs` and
-    their method's settings, then :meth:`_init_app`.
+    ``__init__`` passes :func:`flower_kwargs` and the method's own arguments
+    on to the Flower class through the cooperative chain
+    (``FlowerModel`` -> ``AppStrategy`` -> the Flower class).
     """
 
-    checkpoint_fields = ("latest_global",)
+    def __init__(
+        self, settings: RunSettings, initial_state: dict[str, np.ndarray], **method_kwargs: Any
+    ) -> None:
+        super().__init__(settings, initial_state, **flower_kwargs(settings), **method_kwargs)
+
+    state_fields = ("latest_global",)
     latest_global: dict[str, np.ndarray] | None = None  # the loop's current model
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Flower's ``configure_train`` over the nodes the run's seeded sampler chose."""
-        server_round += self.round_offset  # Flower's loop counts from 1 after a resume
         self.latest_global = record_to_state(arrays)
         rows = self.begin_round(server_round, grid)
         if not len(rows):
@@ -77,7 +83,6 @@ class FlowerModel(AppStrategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Flower's ``aggregate_train`` over the replies that passed validation."""
-        server_round += self.round_offset  # Flower's loop counts from 1 after a resume
         t0 = time.perf_counter()
         accepted = self.accept_replies(server_round, replies)
         arrays = None
@@ -128,9 +133,42 @@ class FlowerModel(AppStrategy):
             return None
         return {k: np.asarray(v)[None] for k, v in record_to_state(self.final_global).items()}
 
-    def summary(self) -> None:
-        AppStrategy.summary(self)
-        super(AppStrategy, self).summary()  # the Flower class's own settings
+
+# FedOpt's server optimiser (FedAdam, FedYogi, FedAdagrad): each lists the ones it reads.
+FEDOPT_ETA = Option(
+    "fedopt-eta",
+    float,
+    0.01,
+    "FedAdam/FedYogi/FedAdagrad: server learning rate",
+    low=0,
+    low_open=True,
+)
+FEDOPT_BETA1 = Option(
+    "fedopt-beta1",
+    float,
+    0.9,
+    "FedAdam/FedYogi: first-moment decay (paper)",
+    low=0,
+    high=1,
+    high_open=True,
+)
+FEDOPT_BETA2 = Option(
+    "fedopt-beta2",
+    float,
+    0.99,
+    "FedAdam/FedYogi: second-moment decay (paper)",
+    low=0,
+    high=1,
+    high_open=True,
+)
+FEDOPT_TAU = Option(
+    "fedopt-tau",
+    float,
+    1e-3,
+    "FedAdam/FedYogi/FedAdagrad: adaptivity (paper)",
+    low=0,
+    low_open=True,
+)
 
 
 def fedopt_kwargs(settings: RunSettings, moments: bool = True) -> dict:
@@ -138,7 +176,7 @@ def fedopt_kwargs(settings: RunSettings, moments: bool = True) -> dict:
 
     ``moments=False`` for FedAdagrad, whose Flower class fixes both betas at 0.
     """
-    kwargs = {"eta": settings.fedopt_eta, "eta_l": settings.lr, "tau": settings.fedopt_tau}
+    kwargs = {"eta": FEDOPT_ETA.of(settings), "eta_l": settings.lr, "tau": FEDOPT_TAU.of(settings)}
     if moments:
-        kwargs |= {"beta_1": settings.fedopt_beta1, "beta_2": settings.fedopt_beta2}
+        kwargs |= {"beta_1": FEDOPT_BETA1.of(settings), "beta_2": FEDOPT_BETA2.of(settings)}
     return kwargs

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord
-from flwr.serverapp.strategy import Strategy
 
 from ripple_flwr.app.records import state_to_record
 from ripple_flwr.app.strategies.core.admission import QueryResult
@@ -41,7 +40,7 @@ def stacked_mean(
     return np.tensordot(weights / weights.sum(), stack, axes=1)
 
 
-class GlobalModel(ServerModels, Strategy):
+class GlobalModel(ServerModels):
     """A global model in the strategy; every sampled client receives it, every client is
     evaluated with it (its client rule may personalise it first), new clients get it.
 
@@ -52,10 +51,10 @@ class GlobalModel(ServerModels, Strategy):
     never had any.
     """
 
-    checkpoint_fields = ("global_state", "trained_count", "state_lost")
+    state_fields = ("global_state", "trained_count", "state_lost")
 
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
-        self._init_app(settings, initial_state)
+        super().__init__(settings, initial_state)
         self.global_state = {k: np.array(v) for k, v in initial_state.items()}
         self.trained_count: dict[int, int] = {}  # row -> training replies received
         self.state_lost: list[dict[str, int]] = []

@@ -1,0 +1,110 @@
+"""A run config as the app accepts it: settings parsed with every method's options, then
+checked against what is registered (methods, datasets, models) before any expensive work.
+
+:mod:`ripple_flwr.settings` parses types and ranges and knows nothing else; the
+rules that need the registry or the data live here, and each method's own rules
+live in its strategy file (``check_settings``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ripple_flwr.app import registry
+from ripple_flwr.data import available_datasets, image_shape_of
+from ripple_flwr.privacy.mechanism import check_dp_params
+from ripple_flwr.settings import ConfigError, RunSettings
+from ripple_flwr.training.models import available_models
+from ripple_flwr.wst.embedder import validate_scattering
+
+MNIST_5K_IMAGES = 5000
+
+
+def parse_run_config(run_config: Mapping[str, Any]) -> RunSettings:
+    """Flower's run config as checked settings; :class:`ConfigError` names the first problem."""
+    settings = RunSettings.from_run_config(run_config, registry.all_options())
+    check_run(settings)
+    return settings
+
+
+def settings_from_context(run_config: Mapping[str, Any]) -> RunSettings:
+    """:func:`parse_run_config` once per process (the same config gives the same object)."""
+    key = json.dumps(dict(run_config), sort_keys=True, default=str)
+    cached = _PARSED.get(key)
+    if cached is None:
+        cached = parse_run_config(run_config)
+        _PARSED.clear()
+        _PARSED[key] = cached
+    return cached
+
+
+_PARSED: dict[str, RunSettings] = {}
+
+
+def _choice(key: str, value: str, allowed) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
+
+
+def check_run(settings: RunSettings) -> None:
+    """Everything :class:`RunSettings` cannot know: the registry's, the data's, the methods'."""
+    _choice("method", settings.method, tuple(registry.METHODS))
+    spec = registry.get_method(settings.method)
+    if settings.refine == "hdb" and not spec.routing_weights:
+        with_w = [m for m, s in registry.METHODS.items() if s.routing_weights]
+        raise ConfigError(
+            f"refine='hdb' clusters Ripple's routing weights; method={settings.method!r} has "
+            f"none. Use method={' or '.join(repr(m) for m in with_w)}, or refine='none'."
+        )
+    _choice("dataset", settings.dataset.strip().lower(), available_datasets())
+    _choice("model", settings.model, available_models())
+    for opt in spec.options:
+        opt.check(opt.of(settings))
+    spec.strategy.check_settings(settings)
+    if settings.embedding_dp_epsilon:
+        _check_dp(settings, spec)
+    needed = settings.aux_size + settings.total_partitions * settings.partition_size
+    if settings.base_dataset == "mnist-5k" and needed > MNIST_5K_IMAGES:
+        raise ConfigError(
+            f"mnist-5k has {MNIST_5K_IMAGES} images: aux-size={settings.aux_size} + "
+            f"(num-partitions={settings.num_partitions} + new-clients={settings.new_clients}) "
+            f"x partition-size={settings.partition_size} = {needed}"
+        )
+    shape = image_shape_of(settings.base_dataset)
+    if shape is not None:
+        check_image_shape(settings, shape)
+
+
+def _check_dp(settings: RunSettings, spec) -> None:
+    try:
+        check_dp_params(
+            settings.embedding_dp_epsilon,
+            settings.embedding_dp_delta,
+            settings.embedding_dp_clip or 1.0,
+        )
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    if not spec.needs_router or settings.router != "gmm-vae":
+        raise ConfigError(
+            f"embedding-dp-epsilon={settings.embedding_dp_epsilon} protects the WST embedding, "
+            f"which only methods with the gmm-vae router send; method={settings.method!r} "
+            f"router={settings.router!r} sends none. Set embedding-dp-epsilon=0 or use "
+            "method='ripple' with router='gmm-vae'."
+        )
+
+
+def check_image_shape(settings: RunSettings, image_shape: tuple[int, ...]) -> None:
+    """Reject a scattering scale J too large for the images (kymatio needs 2**J < side)."""
+    try:
+        validate_scattering(tuple(int(s) for s in image_shape), settings.J, settings.L)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+
+
+def summary_kind(settings: RunSettings) -> str:
+    """What a client sends in the one-shot round: ``embedding``, ``mean`` or ``none``."""
+    if not registry.get_method(settings.method).needs_router:
+        return "none"
+    return "mean" if settings.router == "mean-unmixing" else "embedding"

@@ -1,0 +1,54 @@
+"""The app's one round loop: Flower's ``Strategy.start`` loop, counting from the first round
+this process runs (after a resume, the round after the saved one).
+
+Flower's own loop always counts from 1, so a resumed run would hand every hook a
+round number off by the rounds already done. Here the round a hook receives is
+the run's round, in every hook, from one place. The strategy supplies only
+Flower's four hooks; the loop is Flower's (``Result``, the same calls in the
+same order, the same metrics kept).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from flwr.app import ArrayRecord, ConfigRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result, Strategy
+
+log = logging.getLogger("flwr.ripple")
+
+
+def run_rounds(
+    strategy: Strategy,
+    grid: Grid,
+    arrays: ArrayRecord,
+    first_round: int,
+    num_rounds: int,
+    timeout: float,
+    train_config: ConfigRecord,
+    evaluate_config: ConfigRecord,
+) -> Result:
+    """Rounds ``first_round`` .. ``num_rounds``: train, aggregate, evaluate, aggregate."""
+    result = Result()
+    t_start = time.time()
+    for rnd in range(first_round, num_rounds + 1):
+        log.info("[ROUND %s/%s]", rnd, num_rounds)
+        replies = grid.send_and_receive(
+            messages=strategy.configure_train(rnd, arrays, train_config, grid), timeout=timeout
+        )
+        agg_arrays, train_metrics = strategy.aggregate_train(rnd, replies)
+        if agg_arrays is not None:
+            result.arrays = arrays = agg_arrays
+        if train_metrics is not None:
+            result.train_metrics_clientapp[rnd] = train_metrics
+        replies = grid.send_and_receive(
+            messages=strategy.configure_evaluate(rnd, arrays, evaluate_config, grid),
+            timeout=timeout,
+        )
+        eval_metrics = strategy.aggregate_evaluate(rnd, replies)
+        if eval_metrics is not None:
+            result.evaluate_metrics_clientapp[rnd] = eval_metrics
+    log.info("Strategy execution finished in %.2fs", time.time() - t_start)
+    return result

@@ -1,0 +1,194 @@
+"""The package's layers, read from its imports: arrows point down only, and nothing loops.
+
+Every ``import`` in every module counts, lazy ones inside functions included; only the
+imports under ``if TYPE_CHECKING:`` (never executed) are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ripple_flwr"
+
+# What each layer may import of the package (besides itself). Read it bottom-up.
+ALLOWED: dict[str, set[str]] = {
+    "settings": set(),
+    "io": set(),
+    "data": {"settings", "io"},
+    "wst": set(),
+    "aggregation": set(),
+    "training": {"settings"},
+    "privacy": {"data"},
+    "router": {"settings", "io", "data", "wst", "training"},
+    "runs": {"settings", "io", "data", "wst", "router", "aggregation", "privacy", "training"},
+    "app": {
+        "settings",
+        "io",
+        "data",
+        "wst",
+        "router",
+        "aggregation",
+        "privacy",
+        "training",
+        "runs",
+    },
+    "cli": {
+        "settings",
+        "io",
+        "data",
+        "wst",
+        "router",
+        "aggregation",
+        "privacy",
+        "training",
+        "runs",
+        "app",
+    },
+    "testing": {
+        "settings",
+        "io",
+        "data",
+        "wst",
+        "router",
+        "aggregation",
+        "privacy",
+        "training",
+        "runs",
+        "app",
+    },
+}
+# Layers that must not know Flower (flwr-datasets, a data library, is not Flower).
+NO_FLOWER = {
+    "settings",
+    "io",
+    "data",
+    "wst",
+    "aggregation",
+    "training",
+    "privacy",
+    "router",
+    "runs",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "package"
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                for sub in ast.walk(child):
+                    if hasattr(sub, "lineno"):
+                        lines.add(sub.lineno)
+    return lines
+
+
+def imported(module: str) -> set[str]:
+    """Every top-level name or package module ``module`` imports (TYPE_CHECKING aside)."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_lines(tree)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            names.add(base)
+            names.update(f"{base}.{a.name}" for a in node.names)
+    return names
+
+
+def package_imports(module: str) -> set[str]:
+    """The package's modules that ``module`` imports (a name resolved to its longest module)."""
+    found = set()
+    for name in imported(module):
+        while name and name not in MODULES:
+            name = name.rpartition(".")[0]
+        if name and name != module and name != "ripple_flwr":
+            found.add(name)
+    return found
+
+
+GRAPH = {m: package_imports(m) for m in MODULES}
+
+
+def test_every_layer_is_known():
+    assert {layer(m) for m in MODULES} - {"package"} == set(ALLOWED)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if layer(m) in ALLOWED))
+def test_imports_point_down(module):
+    own = layer(module)
+    upward = sorted(t for t in GRAPH[module] if layer(t) not in ALLOWED[own] | {own})
+    assert not upward, f"{module} ({own}) imports {upward}: above its layer"
+    if own in NO_FLOWER:
+        flower = sorted(n for n in imported(module) if n == "flwr" or n.startswith("flwr."))
+        assert not flower, f"{module} ({own}) imports Flower: {flower}"
+
+
+def test_no_import_cycle():
+    """Depth-first search over the module graph; a back edge is a cycle, named in full."""
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(GRAPH[m]):
+            if state.get(t) == 1:
+                cycle = stack[stack.index(t) :] + [t]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(GRAPH):
+        if m not in state:
+            visit(m)
+
+
+def test_the_checker_sees_an_upward_import_and_a_cycle(tmp_path, monkeypatch):
+    """The rules above can fail: a lazy upward import and a two-module loop are caught."""
+    graph = {"ripple_flwr.wst.a": {"ripple_flwr.app.b"}, "ripple_flwr.app.b": {"ripple_flwr.wst.a"}}
+    up = [t for t in graph["ripple_flwr.wst.a"] if layer(t) not in ALLOWED["wst"] | {"wst"}]
+    assert up == ["ripple_flwr.app.b"]
+    lazy = tmp_path / "m.py"
+    lazy.write_text("def f():\n    from ripple_flwr.app import server\n")
+    monkeypatch.setitem(MODULES, "ripple_flwr.wst.m", lazy)
+    assert "ripple_flwr.app.server" in imported("ripple_flwr.wst.m")
+
+
+def test_settings_import_nothing_heavy():
+    """Parsing settings loads neither torch, kymatio, Flower nor the registry."""
+    code = (
+        "import sys, ripple_flwr.settings as s; s.RunSettings();"
+        "heavy = [m for m in ('torch', 'kymatio', 'flwr', 'ripple_flwr.app.registry')"
+        " if m in sys.modules]; print(heavy); sys.exit(bool(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
