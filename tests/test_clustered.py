@@ -305,9 +305,14 @@ def test_cfl_does_not_split_when_the_criterion_does_not_hold():
 
 
 def test_cfl_stops_at_max_clusters():
-    keys = {"cfl-warmup": 1, "cfl-eps1": 3.0, "cfl-eps2": 4.0, "cfl-max-clusters": 1}
-    strategy, _, _ = run_method("cfl", rounds=2, app=Opposed(), **keys)
-    assert strategy.num_models == 1
+    keys = {"cfl-warmup": 1, "cfl-eps1": 3.0, "cfl-eps2": 4.0}
+    # The same run splits when it may (the precondition holds) ...
+    free, _, _ = run_method("cfl", rounds=2, app=Opposed(), **keys, **{"cfl-max-clusters": 2})
+    assert free.num_models == 2 and free.events
+    # ... and with the cap at one cluster it does not, though the criterion says split.
+    capped, _, _ = run_method("cfl", rounds=2, app=Opposed(), **keys, **{"cfl-max-clusters": 1})
+    assert capped.num_models == 1 and not capped.events
+    assert any(row[2] < 3.0 and row[3] > 4.0 for row in capped.criterion)
 
 
 def test_new_clients_choose_a_cluster_model_on_their_training_split():

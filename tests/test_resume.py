@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from conftest import FakeGrid, tiny_run_config
 
+from ripple_flwr.app.registry import METHODS
 from ripple_flwr.app.server import run_server
 from ripple_flwr.runs.resume import decode, encode, load_server_state, save_server_state
 from ripple_flwr.settings import ConfigError
@@ -29,8 +30,8 @@ class CrashingGrid(FakeGrid):
 
 def comparable(path) -> dict:
     res = json.loads(path.read_text())
-    for key in ("timings", "settings", "saved_run"):
-        res.pop(key)
+    for key in ("timings", "settings", "saved_run", "checkpoint"):
+        res.pop(key, None)  # provenance: the first run pre-trains the router, later ones load it
     for r in res["rounds"]:
         r.pop("server_seconds"), r.pop("wall_seconds")
     for e in res["evaluations"]:
@@ -40,30 +41,40 @@ def comparable(path) -> dict:
 
 # CFL splits whenever it may (from round 1, any update), so its clusters change before the cut.
 SPLIT_ALWAYS = {"cfl-warmup": 1, "cfl-eps1": 1e6, "cfl-eps2": 1e-9}
+# What a method needs to run on the tiny federation (3 clients a round) and show its state.
+METHOD_CONFIG = {"cfl": SPLIT_ALWAYS, "krum": {"krum-malicious": 0}}
 
 
-@pytest.mark.parametrize("method", ["oracle", "fedadam", "local", "ifca", "fesem", "cfl"])
+@pytest.mark.parametrize("method", list(METHODS))
 def test_interrupted_after_round_3_and_resumed_equals_the_uninterrupted_run(
     method, cache_dir, tmp_path
 ):
     base = {"num-server-rounds": 5, "checkpoint-every": 1, "eval-every": 2}
-    if method == "cfl":
-        base.update(SPLIT_ALWAYS)
+    base.update(METHOD_CONFIG.get(method, {}))
     full_cfg = tiny_run_config(
         cache_dir, method=method, **base, **{"results-path": str(tmp_path / "full.json")}
     )
+    if METHODS[method].needs_router:
+        # One run first: the first routed run of a process embeds at float32 rounding apart
+        # from the runs after it (a known limit, docs/design.md), which is not resume's doing.
+        warm = {**full_cfg, "num-server-rounds": 1, "results-path": str(tmp_path / "warm.json")}
+        run_server(FakeGrid(warm), warm)
     full = run_server(FakeGrid(full_cfg), full_cfg)
 
     cut_cfg = tiny_run_config(
         cache_dir, method=method, **base, **{"results-path": str(tmp_path / "cut.json")}
     )
+    crashed = CrashingGrid(cut_cfg)
     with pytest.raises(RuntimeError, match="simulated server crash"):
-        run_server(CrashingGrid(cut_cfg), cut_cfg)
+        run_server(crashed, cut_cfg)
     ckpt = tmp_path / "cut.resume.npz"
     assert load_server_state(ckpt)["round"] == 3 and not (tmp_path / "cut.json").exists()
 
     resumed_cfg = {**cut_cfg, "resume": str(ckpt)}
-    resumed = run_server(FakeGrid(resumed_cfg), resumed_cfg)
+    grid = FakeGrid(resumed_cfg)
+    for node_id, context in grid.contexts.items():  # the SuperNodes outlive the server
+        context.state = crashed.contexts[node_id].state
+    resumed = run_server(grid, resumed_cfg)
     assert comparable(resumed) == comparable(full)
     if method == "cfl":
         assert json.loads(full.read_text())["assignment"]["num_models"] > 1

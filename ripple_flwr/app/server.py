@@ -83,7 +83,10 @@ def resolve_checkpoint(
         ps.train.steps,
         path,
     )
-    ckpt, report = pretrain(ps, path, progress=False)
+    _, report = pretrain(ps, path, progress=False)
+    # The router as saved, as every later run of these settings loads it: the first run routes
+    # bit for bit like the ones after it.
+    ckpt = load_checkpoint(path, expected)
     path.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
     summary = {k: v for k, v in report.items() if k.startswith("routing_l1") or "seconds" in k}
     return ckpt, {"checkpoint": str(path), "source": "pretrained", "report": summary}
