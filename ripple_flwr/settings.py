@@ -188,7 +188,7 @@ class RunSettings:
     momentum: float = option(0.9, "client SGD momentum", low=0, high=1, high_open=True)
     batch_size: int = option(32, "client batch size", low=1)
     server_lr: float = option(
-        1.0, "eta_s: the server's step (Ripple's eq. 9, SCAFFOLD)", low=0, low_open=True
+        1.0, "eta_s: the server's step (Ripple's eq. 9, SCAFFOLD, FedAvgM)", low=0, low_open=True
     )
     embedding_dp_epsilon: float = option(
         0.0,

@@ -13,7 +13,7 @@ import copy
 import numpy as np
 import pytest
 from conftest import FakeGrid
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import strategy as flower
 
 from ripple_flwr.aggregation.mixing import uniform_sample
@@ -60,6 +60,7 @@ class LinearClients:
 FLOWER_CLASSES = {
     "fedavg": lambda s: flower.FedAvg(),
     "fedprox": lambda s: flower.FedProx(proximal_mu=s.option("proximal-mu")),
+    "fedavgm": lambda s: flower.FedAvgM(server_momentum=s.option("fedavgm-momentum")),
     "fedadam": lambda s: flower.FedAdam(**fedopt_kwargs(s)),
     "fedyogi": lambda s: flower.FedYogi(**fedopt_kwargs(s)),
     "fedadagrad": lambda s: flower.FedAdagrad(**fedopt_kwargs(s, moments=False)),
@@ -185,19 +186,3 @@ def test_bad_reply_is_dropped_before_flower_sees_it():
     assert all(np.isfinite(v).all() for v in record_to_state(result.arrays).values())
     assert [[d.partition for d in r.dropped] for r in strategy.ledger.rounds] == [[1], [1]]
     assert [r.received for r in strategy.ledger.rounds] == [5, 5]
-
-
-def test_a_new_one_model_method_needs_no_code_outside_its_file():
-    # FedAvgM is in Flower but not in the app: one small class makes it a working method.
-    class FedAvgMMethod(FlowerModel, flower.FedAvgM):
-        state_fields = ("current_arrays", "momentum_vector")
-
-        def __init__(self, settings, initial_state):
-            super().__init__(settings, initial_state, server_momentum=0.5)
-
-    cfg = {"method": "fedavg", "num-partitions": 6, "clients-per-round": 3, "num-components": 2}
-    settings = parse_run_config(cfg)
-    strategy = FedAvgMMethod(settings, STATE)
-    result = strategy.start(FakeGrid(cfg, app=LinearClients()), state_to_record(STATE), 2)
-    assert isinstance(result.arrays, ArrayRecord)
-    assert strategy.server_momentum == 0.5 and strategy.momentum_vector is not None

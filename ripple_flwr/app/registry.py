@@ -24,6 +24,7 @@ from ripple_flwr.app.strategies.core.base import AppStrategy
 from ripple_flwr.app.strategies.fedadagrad import FedAdagradMethod
 from ripple_flwr.app.strategies.fedadam import FedAdamMethod
 from ripple_flwr.app.strategies.fedavg import FedAvgMethod
+from ripple_flwr.app.strategies.fedavgm import FedAvgMMethod
 from ripple_flwr.app.strategies.feddyn import FedDyn
 from ripple_flwr.app.strategies.fedmedian import FedMedianMethod
 from ripple_flwr.app.strategies.fedprox import FedProxMethod
@@ -249,6 +250,12 @@ for _spec in (
         "fedadam",
         "FedAdam, Flower's class: Adam on the server over the mean update",
         FedAdamMethod,
+        **ONE,
+    ),
+    MethodSpec(
+        "fedavgm",
+        "FedAvgM, Flower's class: the mean update applied with server momentum",
+        FedAvgMMethod,
         **ONE,
     ),
     MethodSpec(
