@@ -1,0 +1,111 @@
+"""Generate the method table and the configuration reference from the registry and options.
+
+    python -m ripple_flwr.cli.reference          # rewrite the generated parts of the pages
+    python -m ripple_flwr.cli.reference --check  # exit 1 if a committed page is stale
+
+The pages keep their prose; only what stands between ``<!-- NAME:begin -->`` and
+``<!-- NAME:end -->`` is generated (``methods`` in README.md and docs/methods.md,
+``options`` in docs/configuration.md). ``tests/test_reference.py`` fails when a
+committed page differs from what this writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from ripple_flwr.app.registry import METHODS, all_options
+from ripple_flwr.settings import Option, RunSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = {
+    "README.md": ("methods",),
+    "docs/methods.md": ("methods",),
+    "docs/configuration.md": ("options",),
+}
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def method_table() -> str:
+    """One row per registered method, in registration order."""
+    rows = [
+        "| method | what it is | server models | exported for onboarding | client rule | options |",
+        "|---|---|---|---|---|---|",
+    ]
+    for spec in METHODS.values():
+        options = ", ".join(f"`{o.key}`" for o in spec.options) or "-"
+        rows.append(
+            f"| `{spec.name}` | {_cell(spec.summary)} | {spec.models} | {spec.exports} | "
+            f"{spec.client_rule} | {options} |"
+        )
+    return "\n".join(rows)
+
+
+def _default(opt: Option) -> str:
+    if isinstance(opt.default, str):
+        return f'`"{opt.default}"`'
+    return f"`{str(opt.default).lower() if isinstance(opt.default, bool) else opt.default}`"
+
+
+def options_table() -> str:
+    """Every run-config key: the run's settings, then each method's options."""
+    users: dict[str, list[str]] = {}
+    for spec in METHODS.values():
+        for opt in spec.options:
+            users.setdefault(opt.key, []).append(spec.name)
+    rows = ["| key | type | default | allowed | used by | meaning |", "|---|---|---|---|---|---|"]
+    for opt in (*RunSettings.fields_as_options(), *all_options()):
+        used = ", ".join(users.get(opt.key, ["every run"]))
+        rows.append(
+            f"| `{opt.key}` | {opt.type.__name__} | {_default(opt)} | "
+            f"{_cell(opt.range_text()) or '-'} | {used} | {_cell(opt.doc)} |"
+        )
+    return "\n".join(rows)
+
+
+GENERATORS = {"methods": method_table, "options": options_table}
+
+
+def render(text: str, names: tuple[str, ...]) -> str:
+    """``text`` with every named generated block rewritten; a missing marker is an error."""
+    for name in names:
+        pattern = re.compile(rf"(<!-- {name}:begin -->\n).*?(<!-- {name}:end -->)", re.S)
+        if not pattern.search(text):
+            raise ValueError(f"no <!-- {name}:begin --> ... <!-- {name}:end --> markers")
+        body = GENERATORS[name]()
+        text = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text)
+    return text
+
+
+def stale_pages(root: Path = ROOT) -> list[str]:
+    """The pages whose generated parts differ from what the code declares."""
+    return [
+        page
+        for page, names in PAGES.items()
+        if render((root / page).read_text(), names) != (root / page).read_text()
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ripple_flwr.cli.reference")
+    parser.add_argument("--check", action="store_true", help="only report stale pages")
+    args = parser.parse_args(argv)
+    stale = stale_pages()
+    if args.check:
+        for page in stale:
+            print(f"{page} is stale: run python -m ripple_flwr.cli.reference", file=sys.stderr)
+        return 1 if stale else 0
+    for page in stale:
+        path = ROOT / page
+        path.write_text(render(path.read_text(), PAGES[page]))
+        print(f"wrote {page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
