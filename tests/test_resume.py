@@ -92,6 +92,20 @@ def test_resume_refuses_other_settings_and_damaged_files(cache_dir, tmp_path):
         run_server(FakeGrid(other), other)
     with pytest.raises(ConfigError, match=r"(?s)settings differ.*lr: checkpoint has 0.01"):
         run_server(FakeGrid(other), {**other, "num-server-rounds": 4, "lr": 0.1})
+    # A checkpoint written before a key existed (a later method's option) resumes as if that
+    # key had its default then; a run that sets it otherwise is refused.
+    old = load_server_state(ckpt)
+    del old["settings"]["fedavgm-momentum"]
+    older = save_server_state(tmp_path / "older.resume.npz", old)
+    longer = {
+        **other,
+        "num-server-rounds": 3,
+        "resume": str(older),
+        "results-path": str(tmp_path / "c.json"),
+    }
+    with pytest.raises(ConfigError, match="fedavgm-momentum: checkpoint has 0.9, run has 0.5"):
+        run_server(FakeGrid(longer), {**longer, "fedavgm-momentum": 0.5})
+    assert json.loads(run_server(FakeGrid(longer), longer).read_text())["rounds"][-1]["round"] == 3
     data = bytearray(ckpt.read_bytes())
     data[len(data) // 2] ^= 0xFF
     ckpt.write_bytes(bytes(data))

@@ -29,6 +29,11 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunSettings:
     return settings
 
 
+def settings_defaults() -> dict[str, Any]:
+    """Every run-config key at its default (the run's settings and every method's options)."""
+    return parse_run_config({}).to_dict()
+
+
 def settings_from_context(run_config: Mapping[str, Any]) -> RunSettings:
     """:func:`parse_run_config` once per process (the same config gives the same object)."""
     key = json.dumps(dict(run_config), sort_keys=True, default=str)

@@ -20,7 +20,7 @@ from flwr.serverapp import Grid
 
 from ripple_flwr.app.records import mechanism_records, state_to_record
 from ripple_flwr.app.registry import MethodInputs, get_method
-from ripple_flwr.app.run_config import check_image_shape, parse_run_config
+from ripple_flwr.app.run_config import check_image_shape, parse_run_config, settings_defaults
 from ripple_flwr.app.strategies.core.zero_shot import onboard_new_clients
 from ripple_flwr.data.cache import cached_federation
 from ripple_flwr.io.integrity import IntegrityError
@@ -190,7 +190,10 @@ def load_resume_state(settings: RunSettings) -> dict[str, Any]:
         state = load_server_state(path)
     except (FileNotFoundError, IntegrityError) as err:
         raise ConfigError(str(err)) from err
-    mine, theirs = settings.to_dict(), state["settings"]
+    mine = settings.to_dict()
+    # A key added after the checkpoint was written (a new method's option) stands at its
+    # default there: the interrupted run ran as if it had been set so.
+    theirs = {**settings_defaults(), **state["settings"]}
     differ = [
         f"{k}: checkpoint has {theirs.get(k)!r}, run has {v!r}"
         for k, v in mine.items()
