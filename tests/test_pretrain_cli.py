@@ -113,3 +113,23 @@ def test_good_options_reach_the_job_with_their_settings(tmp_path, capsys, monkey
     report = json.loads(out.with_suffix(".json").read_text())
     assert report["routing_l1_heldout"] == 0.1
     assert "checkpoint:" in capsys.readouterr().out
+
+
+def test_options_shared_with_a_run_are_its_declarations():
+    """pretrain_vae.py's data and embedding flags: the run's defaults, choices and docs."""
+    from ripple_flwr.settings import RunSettings
+
+    declared = {o.key: o for o in RunSettings.fields_as_options()}
+    parser_actions = {}
+    parser = pretrain_vae.argparse.ArgumentParser()
+    group = parser.add_argument_group("x")
+    for key in pretrain_vae.SHARED_SETTINGS:
+        pretrain_vae._setting(group, key)
+        parser_actions[key] = parser._actions[-1]
+    defaults = vars(pretrain_vae.parse_args([]))
+    for key in pretrain_vae.SHARED_SETTINGS:
+        opt, action = declared[key], parser_actions[key]
+        assert action.help == opt.doc and action.type is opt.type
+        if key != "data-root":  # None here means the loader's default, "" in a run
+            assert defaults[opt.name] == opt.default, key
+    assert parser_actions["label-kind"].choices == ["class", "domain"]

@@ -27,6 +27,7 @@ from ripple_flwr.data import available_datasets, fold_labels, load_dataset, serv
 from ripple_flwr.router.pretrain import PretrainSettings, TrainSettings, pretrain, resolve_device
 from ripple_flwr.router.synthetic import ALPHA_DISTRIBUTIONS, BankSettings
 from ripple_flwr.router.vae import SUPERVISED_DIVERGENCES, LossWeights
+from ripple_flwr.settings import RunSettings
 from ripple_flwr.wst.embedder import validate_scattering
 
 # A D_aux component with fewer images cannot give a synthetic client two distinct rows.
@@ -44,6 +45,23 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+# The options this job shares with a federated run: flags, types, defaults, choices and help
+# come from the run's declarations (ripple_flwr.settings), so the two cannot drift apart.
+SHARED_SETTINGS = ("dataset", "data-root", "label-kind", "aux-size", "data-seed")
+SHARED_SETTINGS += ("num-components", "J", "L", "svd-rank")
+_DECLARED = {o.key: o for o in RunSettings.fields_as_options()}
+
+
+def _setting(group, key: str, *short: str, help_extra: str = "", **over) -> None:
+    """Add the run setting ``key`` to ``group`` as ``--key`` (and its short flags)."""
+    opt = _DECLARED[key]
+    flags = [*short, f"-{key}" if len(key) == 1 else f"--{key}"]
+    kwargs = {"type": opt.type, "default": opt.default, "help": opt.doc + help_extra}
+    if opt.choices:
+        kwargs["choices"] = list(opt.choices)
+    group.add_argument(*flags, **{**kwargs, **over})
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     d, b, t, w = PretrainSettings(), BankSettings(), TrainSettings(), LossWeights()
     p = _OneLineParser(
@@ -52,48 +70,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     g = p.add_argument_group("data")
-    g.add_argument(
-        "--dataset",
-        default=d.dataset,
-        choices=available_datasets(),
-        help="dataset D_aux and the real test clients come from",
-    )
-    g.add_argument("--data-root", default=None, help="local root of the dataset files")
-    g.add_argument(
-        "--label-kind",
-        default=d.label_kind,
-        choices=["class", "domain"],
-        help="what the clusters follow: class label, or domain (rotated-*)",
-    )
-    g.add_argument(
-        "--aux-size",
-        type=int,
-        default=d.aux_size,
-        help="size of the server's labelled auxiliary set D_aux",
-    )
-    g.add_argument(
-        "--data-seed",
-        type=int,
-        default=d.data_seed,
-        help="seed of the D_aux split (must equal the federation's data seed)",
-    )
+    _setting(g, "dataset", choices=available_datasets())
+    _setting(g, "data-root", default=None)
+    _setting(g, "label-kind")
+    _setting(g, "aux-size")
+    _setting(g, "data-seed")
     g = p.add_argument_group("embedding")
-    g.add_argument(
-        "-K",
-        "--num-components",
-        type=int,
-        default=d.num_components,
-        help="number of GMM components / clusters K",
-    )
-    g.add_argument("-J", type=int, default=d.J, help="scattering scales")
-    g.add_argument("-L", type=int, default=d.L, help="scattering orientations")
-    g.add_argument(
-        "-M",
-        "--svd-rank",
-        type=int,
-        default=d.svd_rank,
-        help="principal components in the prototype (ignored with --rho)",
-    )
+    _setting(g, "num-components", "-K")
+    _setting(g, "J")
+    _setting(g, "L")
+    _setting(g, "svd-rank", "-M", help_extra=" (ignored with --rho)")
     g.add_argument(
         "--rho",
         "--explained-variance",
