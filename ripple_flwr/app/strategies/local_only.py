@@ -11,8 +11,9 @@ import numpy as np
 from flwr.app import ArrayRecord
 
 from ripple_flwr.app.strategies.core.admission import QueryResult
-from ripple_flwr.app.strategies.core.base import ServerModels, states_to_records
+from ripple_flwr.app.strategies.core.base import states_to_records
 from ripple_flwr.app.strategies.core.replies import Accepted
+from ripple_flwr.app.strategies.core.server_models import ServerModels
 from ripple_flwr.settings import RunSettings
 
 

@@ -22,8 +22,9 @@ from ripple_flwr.aggregation.mixing import (
 )
 from ripple_flwr.aggregation.robust import unsafe_stacked_steps
 from ripple_flwr.app.strategies.core.admission import QueryResult
-from ripple_flwr.app.strategies.core.base import ServerModels, states_to_records
+from ripple_flwr.app.strategies.core.base import states_to_records
 from ripple_flwr.app.strategies.core.replies import Accepted
+from ripple_flwr.app.strategies.core.server_models import ServerModels
 from ripple_flwr.runs.results import hard_ari, routing_metrics
 from ripple_flwr.settings import RunSettings
 

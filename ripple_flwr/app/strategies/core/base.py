@@ -4,8 +4,9 @@ its declared options and state, and the one round loop.
 :class:`AppStrategy` is a Flower ``Strategy``. Its ``__init__`` is cooperative
 (``super().__init__(**kwargs)`` reaches the Flower class that follows it in a
 method's bases, as Flower's own classes chain), and so is :meth:`summary`.
-It owns no training rule: :class:`ServerModels` (methods whose models live in
-the strategy: Ripple, local-only) and
+It owns no training rule:
+:class:`~ripple_flwr.app.strategies.core.server_models.ServerModels` (methods
+whose models live in the strategy: Ripple, local-only) and
 :class:`~ripple_flwr.app.strategies.core.flower.FlowerModel` (Flower's one-model
 strategies, run as Flower wrote them) add the two halves of a round.
 
@@ -29,13 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from ripple_flwr.aggregation.mixing import uniform_sample
 from ripple_flwr.aggregation.robust import out_of_bound, state_norm, update_norm
-from ripple_flwr.app.candidates import Payload, payload_nbytes, payload_records, payload_size
+from ripple_flwr.app.candidates import Payload, payload_nbytes, payload_size
 from ripple_flwr.app.records import record_to_state, state_to_record
 from ripple_flwr.app.strategies.core.accounting import (
     Dropped,
@@ -607,53 +608,3 @@ class AppStrategy(Strategy):
             **self.ledger.to_dict(),
             "late_joiners": self.roster.joined,
         }
-
-
-class ServerModels(AppStrategy):
-    """Methods whose models live in the strategy (Ripple, local-only): one message per client.
-
-    Subclasses implement :meth:`train_payloads` and :meth:`apply_updates`.
-    """
-
-    @abstractmethod
-    def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[Payload]:
-        """One model (or a list of candidates, IFCA) per sampled row, in row order."""
-
-    @abstractmethod
-    def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
-        """Fold the validated replies of a round into the server's models."""
-
-    # -- extra records of a training message (SCAFFOLD's control variate) --------------------
-    def extra_train_records(self, rows: np.ndarray) -> list[dict[str, ArrayRecord | ConfigRecord]]:
-        """Records added to each row's training message besides the model and config.
-
-        None by default, so every other method's messages stay byte-identical.
-        """
-        return [{} for _ in rows]
-
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        """One message per sampled client, each carrying the model that client receives."""
-        rows = self.begin_round(server_round, grid)
-        config = ConfigRecord({**dict(config), "server-round": server_round})
-        messages = [
-            Message(
-                RecordDict({**payload_records(payload), "config": config, **extra}),
-                dst_node_id=self.clients.node_ids[int(row)],
-                message_type=MessageType.TRAIN,
-            )
-            for row, payload, extra in zip(
-                rows, self.train_payloads(rows, arrays), self.extra_train_records(rows), strict=True
-            )
-        ]
-        return self.record_sent(rows, messages)
-
-    def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Validate, drop the bad replies, apply the good ones."""
-        t0 = time.perf_counter()
-        accepted = self.accept_replies(server_round, replies)
-        arrays = self.apply_updates(server_round, accepted) if accepted else None
-        return arrays, self.end_round(accepted, time.perf_counter() - t0)

@@ -19,8 +19,8 @@ from flwr.app import ArrayRecord, ConfigRecord
 
 from ripple_flwr.app.records import state_to_record
 from ripple_flwr.app.strategies.core.admission import QueryResult
-from ripple_flwr.app.strategies.core.base import ServerModels
 from ripple_flwr.app.strategies.core.replies import Accepted
+from ripple_flwr.app.strategies.core.server_models import ServerModels
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
