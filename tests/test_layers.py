@@ -16,6 +16,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "ripple_flwr"
 
 # What each layer may import of the package (besides itself). Read it bottom-up.
+BELOW_RUNS = {"settings", "io", "data", "wst", "router", "aggregation", "privacy", "training"}
 ALLOWED: dict[str, set[str]] = {
     "settings": set(),
     "io": set(),
@@ -25,42 +26,10 @@ ALLOWED: dict[str, set[str]] = {
     "training": {"settings"},
     "privacy": {"data"},
     "router": {"settings", "io", "data", "wst", "training"},
-    "runs": {"settings", "io", "data", "wst", "router", "aggregation", "privacy", "training"},
-    "app": {
-        "settings",
-        "io",
-        "data",
-        "wst",
-        "router",
-        "aggregation",
-        "privacy",
-        "training",
-        "runs",
-    },
-    "cli": {
-        "settings",
-        "io",
-        "data",
-        "wst",
-        "router",
-        "aggregation",
-        "privacy",
-        "training",
-        "runs",
-        "app",
-    },
-    "testing": {
-        "settings",
-        "io",
-        "data",
-        "wst",
-        "router",
-        "aggregation",
-        "privacy",
-        "training",
-        "runs",
-        "app",
-    },
+    "runs": BELOW_RUNS,
+    "app": BELOW_RUNS | {"runs"},
+    "cli": BELOW_RUNS | {"runs", "app"},
+    "testing": BELOW_RUNS | {"runs", "app"},
 }
 # Layers that must not know Flower (flwr-datasets, a data library, is not Flower).
 NO_FLOWER = {
