@@ -63,6 +63,11 @@ def test_a_supernode_sending_huge_weights_is_dropped_and_the_run_completes(tmp_p
         ignore=shutil.ignore_patterns(".git", "outputs", "docs", "__pycache__", "*.egg-info", ".*"),
     )
     (app / "client_app.py").write_text(HOSTILE_CLIENT_APP)
+    # The test helpers stay out of the real app's bundle; this copy's client needs them.
+    pyproject = app / "pyproject.toml"
+    shipped = pyproject.read_text().replace(', "ripple_flwr/testing/**"', "")
+    assert shipped != pyproject.read_text(), "fab-exclude no longer names ripple_flwr/testing"
+    pyproject.write_text(shipped)
     results = tmp_path / "results.json"
     run_config = (
         'method="fedavg" num-partitions=3 partition-size=60 aux-size=300 num-components=4 '
