@@ -359,8 +359,7 @@ class RunSettings:
 
     def key(self) -> str:
         """A short hash of all settings (in-process cache key)."""
-        body = asdict(self) | {"options": dict(self.options)}
-        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _field_options() -> tuple[Option, ...]:
