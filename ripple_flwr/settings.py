@@ -25,10 +25,12 @@ Sampling = Literal["stratified", "uniform"]
 Router = Literal["gmm-vae", "mean-unmixing"]
 LabelKind = Literal["class", "domain"]
 Refine = Literal["none", "hdb"]
+ClientData = Literal["benchmark", "local"]
 SAMPLINGS: tuple[str, ...] = get_args(Sampling)
 ROUTERS: tuple[str, ...] = get_args(Router)
 LABEL_KINDS: tuple[str, ...] = get_args(LabelKind)
 REFINES: tuple[str, ...] = get_args(Refine)
+CLIENT_DATAS: tuple[str, ...] = get_args(ClientData)
 
 
 class ConfigError(ValueError):
@@ -151,6 +153,31 @@ class RunSettings:
     )
     dataset: str = option("mnist-5k", "a registered dataset (ripple_flwr.data)")
     data_root: str = option("", 'where dataset files live ("" = the loader\'s default)')
+    client_data: ClientData = option(
+        "benchmark",
+        "benchmark (each SuperNode takes partition-id of dataset) | local (each SuperNode "
+        "reads its own files, node config data=<path>; docs/own-data.md)",
+    )
+    aux_data: str = option(
+        "",
+        'the server\'s own labelled D_aux (ImageFolder, .npz or HF dataset; "" = carved from '
+        "dataset)",
+    )
+    class_names: str = option(
+        "", 'the run\'s classes, comma-separated ("" = the class folders of aux-data / dataset)'
+    )
+    image_size: int = option(
+        0, "side every image is resized to (0 = the data's own size; must then be uniform)", low=0
+    )
+    channels: int = option(0, "image channels: 1 or 3 (0 = the data's own)", low=0, high=3)
+    embed_size: int = option(
+        0,
+        "side images are resized to before the WST (0 = the dataset's: 64 for office-home and "
+        "gldv2-23k, else the image size)",
+        low=0,
+    )
+    image_column: str = option("image", "image column of a Hugging Face dataset")
+    label_column: str = option("label", "label column of a Hugging Face dataset")
     label_kind: LabelKind = option(
         "class", "clusters follow the class, or the domain (rotated-* datasets)"
     )
@@ -181,6 +208,12 @@ class RunSettings:
         0.0, "> 0: pick the rank by explained variance instead (0 = svd-rank)", low=0, high=1
     )
     model: str = option("cnn", "a registered model: cnn | resnet9 | resnet18")
+    pretrained: bool = option(
+        False, "start resnet18 from torchvision's ImageNet weights (head replaced)"
+    )
+    pretrained_weights: str = option(
+        "", 'file of those weights ("" = $TORCH_HOME/hub/checkpoints/resnet18-f37072fd.pth)'
+    )
     num_server_rounds: int = option(40, "federated rounds", low=1)
     clients_per_round: int = option(10, "clients trained each round", low=1)
     local_epochs: int = option(1, "local epochs per round", low=1)
@@ -302,6 +335,8 @@ class RunSettings:
         """Raise :class:`ConfigError` naming the key and the allowed values."""
         for opt in _FIELD_OPTIONS:
             opt.check(getattr(self, opt.name))
+        if self.channels == 2:
+            raise ConfigError("channels must be 1 (grey), 3 (RGB) or 0 (the data's own), got 2")
         if self.pretrain_client_size == 1:
             raise ConfigError("pretrain-client-size must be 0 (= partition-size) or >= 2")
         if self.clients_per_round > self.num_partitions:

@@ -26,16 +26,36 @@ Message contents (the wire protocol of the app):
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Error,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.common.constant import ErrorCode
 
 from ripple_flwr.app.candidates import lowest_loss, split_candidates
+from ripple_flwr.app.client_data import (
+    ClientData,
+    ClientDataError,
+    benchmark_data,
+    check_mode,
+    local_data,
+    remember_run_data,
+)
 from ripple_flwr.app.node_state import NodeStore
 from ripple_flwr.app.records import (
     DP_CONFIG,
@@ -46,8 +66,10 @@ from ripple_flwr.app.records import (
 )
 from ripple_flwr.app.registry import get_method
 from ripple_flwr.app.run_config import settings_from_context, summary_kind
-from ripple_flwr.data.cache import cached_federation
+from ripple_flwr.data.images import ImageFormatError
+from ripple_flwr.data.local import LocalDataError
 from ripple_flwr.privacy.release import noise_generator
+from ripple_flwr.router.pretrain import run_embed_size
 from ripple_flwr.settings import RunSettings
 from ripple_flwr.training.loops import evaluate_model
 from ripple_flwr.training.models import build_model, get_state, set_state
@@ -84,7 +106,15 @@ def _limit_threads(settings: RunSettings) -> None:
 
 def embedder_for(settings: RunSettings, image_shape: tuple[int, int, int]) -> SpectralEmbedder:
     """The process's embedder for these settings (scattering filters built once)."""
-    key = (image_shape, settings.J, settings.L, settings.svd_rank, settings.explained_variance)
+    side = run_embed_size(settings) or None
+    key = (
+        image_shape,
+        settings.J,
+        settings.L,
+        settings.svd_rank,
+        settings.explained_variance,
+        side,
+    )
     if key not in _EMBEDDERS:
         _EMBEDDERS.clear()
         _EMBEDDERS[key] = SpectralEmbedder(
@@ -93,16 +123,20 @@ def embedder_for(settings: RunSettings, image_shape: tuple[int, int, int]) -> Sp
             L=settings.L,
             prototype=PrototypeSettings(settings.svd_rank, settings.explained_variance_or_none),
             device="auto",
+            embed_size=side,
         )
     return _EMBEDDERS[key]
 
 
 def _model_for(settings: RunSettings, image_shape, num_classes: int) -> torch.nn.Module:
     """A reusable model skeleton; its weights are always overwritten by the received ones."""
-    key = (settings.model, tuple(image_shape), num_classes)
+    key = (settings.model, tuple(image_shape), num_classes, settings.pretrained)
     if key not in _MODELS:
         _MODELS.clear()
-        _MODELS[key] = build_model(settings.model, image_shape, num_classes)
+        # The architecture only: the ImageNet weights reach a client as the server's model.
+        _MODELS[key] = build_model(
+            settings.model, image_shape, num_classes, pretrained=settings.pretrained
+        )
     return _MODELS[key]
 
 
@@ -132,22 +166,27 @@ def check_partition(settings: RunSettings, node_config: dict[str, Any]) -> int:
 
 
 # -- plain client functions ----------------------------------------------------------------
-def client_summary(settings: RunSettings, pid: int, kind: str) -> np.ndarray | None:
+def _data(settings: RunSettings, who: int | ClientData) -> ClientData:
+    """``who`` as the node's data: a benchmark partition id, or the data itself."""
+    return who if isinstance(who, ClientData) else benchmark_data(settings, int(who))
+
+
+def client_summary(settings: RunSettings, who: int | ClientData, kind: str) -> np.ndarray | None:
     """What the client sends once: its WST embedding Phi, its mean image, or nothing."""
     if kind not in SUMMARY_KINDS:
         raise ValueError(f"unknown summary kind {kind!r}; choose {', '.join(SUMMARY_KINDS)}")
     if kind == "none":
         return None
-    fed = cached_federation(settings)
-    images = fed.client_images(pid)
+    data = _data(settings, who)
+    images = data.images
     if kind == "mean":
         return images.reshape(len(images), -1).mean(axis=0).astype(np.float32)
-    return embedder_for(settings, fed.dataset.image_shape).embed(images).astype(np.float32)
+    return embedder_for(settings, data.image_shape).embed(images).astype(np.float32)
 
 
 def train_client(
     settings: RunSettings,
-    pid: int,
+    who: int | ClientData,
     state: dict[str, np.ndarray],
     *,
     server_round: int,
@@ -169,9 +208,9 @@ def train_client(
     Returns the new full state, the metrics and the rule's extra reply arrays.
     """
     _limit_threads(settings)
-    fed = cached_federation(settings)
-    x, y, _, _ = fed.client_data(pid)
-    model = _model_for(settings, fed.dataset.image_shape, fed.dataset.num_classes)
+    data = _data(settings, who)
+    x, y = data.x_train, data.y_train
+    model = _model_for(settings, data.image_shape, data.num_classes)
     set_state(model, state)
     inputs = RoundInputs(
         config=config or {},
@@ -181,7 +220,7 @@ def train_client(
         lr=lr,
         momentum=momentum,
     )
-    seed = int(np.random.SeedSequence([settings.seed, server_round, pid]).generate_state(1)[0])
+    seed = _shuffle_seed(settings, server_round, data)
     stats, reply_extras = train_with_rule(
         client_rule(settings),
         model,
@@ -200,8 +239,18 @@ def train_client(
     return get_state(model), metrics, reply_extras
 
 
+def _shuffle_seed(settings: RunSettings, server_round: int, data: ClientData) -> int:
+    """The seed of a round's local shuffles: the run's seed, the round and the client."""
+    if data.pid is not None:
+        keys = [settings.seed, server_round, data.pid]
+    else:  # a node with its own data: keyed by what it holds, not by where the server put it
+        digest = hashlib.sha256(data.y_train.tobytes() + data.name.encode()).digest()
+        keys = [settings.seed, server_round, int.from_bytes(digest[:4], "big"), 1]
+    return int(np.random.SeedSequence(keys).generate_state(1)[0])
+
+
 def choose_candidate(
-    settings: RunSettings, pid: int, states: list[dict[str, np.ndarray]]
+    settings: RunSettings, who: int | ClientData, states: list[dict[str, np.ndarray]]
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The candidate with the lowest loss on the client's training split, and the metrics.
 
@@ -211,10 +260,9 @@ def choose_candidate(
     if len(states) == 1:
         return states[0], {}
     _limit_threads(settings)
-    fed = cached_federation(settings)
-    x, y, _, _ = fed.client_data(pid)
-    model = _model_for(settings, fed.dataset.image_shape, fed.dataset.num_classes)
-    best, losses = lowest_loss(model, states, x, y, device=device())
+    data = _data(settings, who)
+    model = _model_for(settings, data.image_shape, data.num_classes)
+    best, losses = lowest_loss(model, states, data.x_train, data.y_train, device=device())
     return states[best], {"chosen": best, "candidate-losses": losses}
 
 
@@ -224,7 +272,10 @@ def client_rule(settings: RunSettings) -> ClientRule:
 
 
 def evaluate_client(
-    settings: RunSettings, pid: int, state: dict[str, np.ndarray], store: Store | None = None
+    settings: RunSettings,
+    who: int | ClientData,
+    state: dict[str, np.ndarray],
+    store: Store | None = None,
 ) -> dict[str, float | int]:
     """Loss and accuracy on the client's own test split of its personalised model.
 
@@ -233,9 +284,9 @@ def evaluate_client(
     in the node's ``store``).
     """
     _limit_threads(settings)
-    fed = cached_federation(settings)
-    x_train, y_train, x, y = fed.client_data(pid)
-    model = _model_for(settings, fed.dataset.image_shape, fed.dataset.num_classes)
+    data = _data(settings, who)
+    x_train, y_train, x, y = data.x_train, data.y_train, data.x_test, data.y_test
+    model = _model_for(settings, data.image_shape, data.num_classes)
     set_state(model, state)
     rule = client_rule(settings)
     if type(rule).personalise is not ClientRule.personalise:
@@ -253,18 +304,43 @@ def evaluate_client(
 
 
 # -- Flower handlers -----------------------------------------------------------------------
-def _settings_and_pid(context: Context) -> tuple[RunSettings, int]:
+def node_data(context: Context) -> tuple[RunSettings, ClientData]:
+    """The run's settings and this node's data (its partition, or its own files)."""
     settings = settings_from_context(context.run_config)
-    return settings, check_partition(settings, dict(context.node_config))
+    node_config = dict(context.node_config)
+    check_mode(settings, node_config)
+    if settings.client_data == "local":
+        return settings, local_data(settings, node_config, context.state)
+    return settings, benchmark_data(settings, check_partition(settings, node_config))
 
 
+def answers_data_errors(handler: Callable[[Message, Context], Message]):
+    """A node whose data or mode does not fit the run answers with the reason, not a crash.
+
+    The server names the node and the reason, leaves the node out and goes on.
+    """
+
+    @functools.wraps(handler)
+    def wrapped(msg: Message, context: Context) -> Message:
+        try:
+            return handler(msg, context)
+        except (LocalDataError, ClientDataError, ImageFormatError) as err:
+            log.warning("node cannot take part: %s", err)
+            reason = " ".join(str(err).split())
+            return Message(Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason), reply_to=msg)
+
+    return wrapped
+
+
+@answers_data_errors
 def handle_query(msg: Message, context: Context) -> Message:
     """One-shot round: reply with the client's summary (computed locally) and its identity."""
-    settings, pid = _settings_and_pid(context)
+    remember_run_data(context.state, msg.content)
+    settings, data = node_data(context)
     config = msg.content.config_records.get("config", ConfigRecord())
     kind = str(config.get("summary", summary_kind(settings)))
     t0 = time.perf_counter()
-    phi = client_summary(settings, pid, kind)
+    phi = client_summary(settings, data, kind)
     private = phi is not None and DP_RECORD in msg.content.array_records
     if private:
         # Clipped and noised here, with a secret generator, before anything leaves the node.
@@ -273,38 +349,43 @@ def handle_query(msg: Message, context: Context) -> Message:
         )
         phi = mech.release(phi, noise_generator(dict(context.node_config)))
     seconds = time.perf_counter() - t0
-    fed = cached_federation(settings)
-    content = RecordDict(
-        {
-            "info": ConfigRecord(
-                {
-                    "partition-id": pid,
-                    "num-partitions": settings.total_partitions,
-                    "num-examples": int(len(fed.train_indices[pid])),
-                    "num-test-examples": int(len(fed.test_indices[pid])),
-                    "summary": kind,
-                    "private": bool(private),
-                    "seconds": float(seconds),
-                }
-            )
-        }
-    )
+    info: dict[str, Any] = {
+        "partition-id": -1 if data.pid is None else data.pid,
+        "num-partitions": settings.total_partitions,
+        "num-examples": int(len(data.y_train)),
+        "num-test-examples": int(len(data.y_test)),
+        "summary": kind,
+        "private": bool(private),
+        "seconds": float(seconds),
+        "data": data.source,
+    }
+    if data.source == "local":
+        info.update(
+            {
+                "name": data.name,
+                "classes-hash": data.classes,
+                "image-shape": [int(v) for v in data.image_shape],
+                "held-out": bool(context.node_config.get("held-out", False)),
+            }
+        )
+    content = RecordDict({"info": ConfigRecord(info)})
     if phi is not None:
         content["summary"] = ArrayRecord({"phi": Array(phi)})
     return Message(content, reply_to=msg)
 
 
+@answers_data_errors
 def handle_train(msg: Message, context: Context) -> Message:
     """Train the received model locally; reply with the full trained weights."""
-    settings, pid = _settings_and_pid(context)
+    settings, data = node_data(context)
     config = msg.content.config_records.get("config", ConfigRecord())
     candidates, others = split_candidates(msg.content.array_records)
-    state, choice = choose_candidate(settings, pid, [record_to_state(r) for r in candidates])
+    state, choice = choose_candidate(settings, data, [record_to_state(r) for r in candidates])
     extras = {name: record_to_state(record) for name, record in others.items()}
     rule_config = msg.content.config_records.get("rule", ConfigRecord())
     new_state, metrics, reply_extras = train_client(
         settings,
-        pid,
+        data,
         state,
         server_round=int(config.get("server-round", 0)),
         lr=float(config.get("lr", settings.lr)),
@@ -329,14 +410,15 @@ def handle_train(msg: Message, context: Context) -> Message:
     return Message(content, reply_to=msg)
 
 
+@answers_data_errors
 def handle_evaluate(msg: Message, context: Context) -> Message:
     """Evaluate the received model (or the best candidate on the train split) on the test split."""
-    settings, pid = _settings_and_pid(context)
+    settings, data = node_data(context)
     candidates, _ = split_candidates(msg.content.array_records)
-    state, choice = choose_candidate(settings, pid, [record_to_state(r) for r in candidates])
-    metrics = evaluate_client(settings, pid, state, NodeStore(context.state))
+    state, choice = choose_candidate(settings, data, [record_to_state(r) for r in candidates])
+    metrics = evaluate_client(settings, data, state, NodeStore(context.state))
     metrics.update(choice)
-    metrics["partition-id"] = pid
+    metrics["partition-id"] = -1 if data.pid is None else data.pid
     return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
 
 

@@ -85,6 +85,8 @@ class MethodSpec:
     needs_router : the server loads or pre-trains the GMM-VAE and clients send
         their summary in the one-shot round.
     routing_weights : the method has per-client weights w that Ripple-HDB can refine.
+    needs_truth : the method uses the clients' true mixtures pi*, which only benchmark
+        partitions have (refused with ``client-data='local'``).
     """
 
     name: str
@@ -95,6 +97,7 @@ class MethodSpec:
     client_rule: str = "sgd"
     needs_router: bool = False
     routing_weights: bool = False
+    needs_truth: bool = False
     build: Callable[[MethodInputs], Any] | None = None
 
     @property
@@ -236,6 +239,7 @@ for _spec in (
         RippleStrategy,
         **CLUSTERS,
         routing_weights=True,
+        needs_truth=True,
         build=_oracle,
     ),
     MethodSpec("fedavg", "FedAvg, Flower's class: one global model", FedAvgMethod, **ONE),

@@ -14,7 +14,9 @@ from typing import Any
 
 from ripple_flwr.app import registry
 from ripple_flwr.data import available_datasets, image_shape_of
+from ripple_flwr.data.registry import RESIZABLE_DATASETS
 from ripple_flwr.privacy.mechanism import check_dp_params
+from ripple_flwr.router.pretrain import run_embed_size
 from ripple_flwr.settings import ConfigError, RunSettings
 from ripple_flwr.training.models import available_models
 from ripple_flwr.wst.embedder import validate_scattering
@@ -70,6 +72,10 @@ def check_run(settings: RunSettings) -> None:
     spec.strategy.check_settings(settings)
     if settings.embedding_dp_epsilon:
         _check_dp(settings, spec)
+    _check_model(settings)
+    if settings.client_data == "local":
+        _check_local(settings, spec)
+        return
     needed = settings.aux_size + settings.total_partitions * settings.partition_size
     if settings.base_dataset == "mnist-5k" and needed > MNIST_5K_IMAGES:
         raise ConfigError(
@@ -77,9 +83,49 @@ def check_run(settings: RunSettings) -> None:
             f"(num-partitions={settings.num_partitions} + new-clients={settings.new_clients}) "
             f"x partition-size={settings.partition_size} = {needed}"
         )
-    shape = image_shape_of(settings.base_dataset)
+    base = settings.base_dataset
+    fixed = image_shape_of(base)
+    if settings.image_size and base not in RESIZABLE_DATASETS and fixed is not None:
+        raise ConfigError(
+            f"image-size applies to {', '.join(sorted(RESIZABLE_DATASETS))} and local data; "
+            f"{base} is {fixed[1]}x{fixed[2]} (got image-size={settings.image_size}; use 0)"
+        )
+    shape = image_shape_of(base, settings.image_size)
     if shape is not None:
         check_image_shape(settings, shape)
+
+
+def _check_model(settings: RunSettings) -> None:
+    if settings.pretrained and settings.model != "resnet18":
+        raise ConfigError(
+            f"pretrained=true loads torchvision's ImageNet ResNet-18; model={settings.model!r} "
+            "has no pretrained weights. Use model='resnet18' or pretrained=false."
+        )
+    if settings.pretrained_weights and not settings.pretrained:
+        raise ConfigError("pretrained-weights is set but pretrained=false; set pretrained=true")
+
+
+def _check_local(settings: RunSettings, spec) -> None:
+    """A run on the nodes' own files: what the server must hold for it."""
+    if spec.needs_truth:
+        raise ConfigError(
+            f"method={settings.method!r} uses the clients' true mixtures, which only benchmark "
+            "partitions have; with client-data='local' use method='ripple'"
+        )
+    if spec.needs_router and not settings.aux_data and not settings.checkpoint:
+        raise ConfigError(
+            f"method={settings.method!r} routes with a GMM-VAE pre-trained on the server's D_aux; "
+            "with client-data='local' set aux-data to the server's labelled files (or "
+            "checkpoint to a pre-trained router)"
+        )
+    if settings.embedding_dp_epsilon and not settings.aux_data:
+        raise ConfigError(
+            "embedding-dp-epsilon calibrates its mechanism on the server's D_aux; with "
+            "client-data='local' set aux-data"
+        )
+    if settings.image_size:
+        side = settings.image_size
+        check_image_shape(settings, (settings.channels or 3, side, side))
 
 
 def _check_dp(settings: RunSettings, spec) -> None:
@@ -101,9 +147,14 @@ def _check_dp(settings: RunSettings, spec) -> None:
 
 
 def check_image_shape(settings: RunSettings, image_shape: tuple[int, ...]) -> None:
-    """Reject a scattering scale J too large for the images (kymatio needs 2**J < side)."""
+    """Reject a scattering scale J too large for the embedded images (kymatio: 2**J < side)."""
     try:
-        validate_scattering(tuple(int(s) for s in image_shape), settings.J, settings.L)
+        validate_scattering(
+            tuple(int(s) for s in image_shape),
+            settings.J,
+            settings.L,
+            embed_size=run_embed_size(settings) or None,
+        )
     except ValueError as err:
         raise ConfigError(str(err)) from err
 

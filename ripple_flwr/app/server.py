@@ -21,8 +21,9 @@ from flwr.serverapp import Grid
 from ripple_flwr.app.records import mechanism_records, state_to_record
 from ripple_flwr.app.registry import MethodInputs, get_method
 from ripple_flwr.app.run_config import check_image_shape, parse_run_config, settings_defaults
+from ripple_flwr.app.run_data import RunData, resolve_run_data
 from ripple_flwr.app.strategies.core.zero_shot import onboard_new_clients
-from ripple_flwr.data.cache import cached_federation
+from ripple_flwr.data import Federation
 from ripple_flwr.io.integrity import IntegrityError
 from ripple_flwr.router.pretrain import (
     CHECKPOINT_VERSION,
@@ -38,6 +39,7 @@ from ripple_flwr.runs.results import tail_mean, write_results
 from ripple_flwr.runs.resume import load_server_state
 from ripple_flwr.settings import ConfigError, RunSettings
 from ripple_flwr.training.models import build_model, get_state
+from ripple_flwr.training.pretrained import load_imagenet_weights
 from ripple_flwr.wst.embedder import embedding_dim
 
 log = logging.getLogger("flwr.ripple")
@@ -55,12 +57,19 @@ def checkpoint_cache_path(settings: RunSettings) -> Path:
 
 
 def resolve_checkpoint(
-    settings: RunSettings, image_shape: tuple[int, int, int]
+    settings: RunSettings, image_shape: tuple[int, int, int], classes: str = ""
 ) -> tuple[Checkpoint, dict[str, Any]]:
-    """Load ``checkpoint`` (checked against the run), or pre-train one and cache it."""
+    """Load ``checkpoint`` (checked against the run), or pre-train one and cache it.
+
+    ``classes`` is the hash of the run's class list: a checkpoint trained on
+    other classes (or another image shape) is refused before round 1.
+    """
     ps = pretrain_settings_for(settings)
     expected = checkpoint_settings(
-        ps, image_shape, embedding_dim(image_shape, settings.J, settings.L)
+        ps,
+        image_shape,
+        embedding_dim(image_shape, settings.J, settings.L, ps.embed_size or None),
+        classes,
     )
     if settings.checkpoint:
         path = Path(settings.checkpoint).expanduser()
@@ -98,24 +107,49 @@ def initial_state(
     """One seeded build: every cluster (and client) model starts from it.
 
     ``index`` > 0 gives further, distinct seeded initialisations (IFCA's and
-    FeSEM's K models); index 0 is the run's one initial model.
+    FeSEM's K models); index 0 is the run's one initial model. With
+    ``pretrained`` the backbone is torchvision's ImageNet ResNet-18 in every
+    one of them (only the new head differs by seed).
     """
     seed = settings.seed
     if index:
         seed = int(np.random.SeedSequence([settings.seed, index]).generate_state(1)[0])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = build_model(settings.model, image_shape, num_classes)
+        model = build_model(
+            settings.model, image_shape, num_classes, pretrained=settings.pretrained
+        )
+    if settings.pretrained:
+        load_imagenet_weights(model, settings.pretrained_weights or None)
     return get_state(model)
 
 
-def build_strategy(settings: RunSettings, state, federation, router=None):
+def pretrained_report(settings: RunSettings) -> dict[str, Any] | None:
+    """Find (or download) the ImageNet weights before any expensive work; what they are.
+
+    Offline with no file, the run stops here with the exact path to put the file at.
+    """
+    if not settings.pretrained:
+        return None
+    from ripple_flwr.training.pretrained import PretrainedWeightsError
+
+    model = build_model(settings.model, (3, 64, 64), 2, pretrained=True)
+    try:
+        report = load_imagenet_weights(model, settings.pretrained_weights or None)
+    except (PretrainedWeightsError, ValueError) as err:
+        raise ConfigError(" ".join(str(err).split())) from err
+    return {k: report[k] for k in ("path", "sha256", "official", "loaded") if k in report}
+
+
+def build_strategy(settings: RunSettings, state, data: RunData | Federation, router=None):
     """The strategy of ``settings.method``, built by its registry entry."""
-    shape, classes = federation.dataset.image_shape, federation.dataset.num_classes
+    if isinstance(data, Federation):
+        data = RunData.of_federation(settings, data)
+    shape, classes = data.image_shape, data.num_classes
     inputs = MethodInputs(
         settings,
         state,
-        true_mixtures=federation.mixtures,
+        true_mixtures=data.true_mixtures,
         router=router,
         fresh_state=lambda i: initial_state(settings, shape, classes, index=i),
     )
@@ -232,7 +266,7 @@ def avoid_hugepage_stalls() -> None:
     _set_madvise_hugepage(False)
 
 
-def ship_embedding_dp(settings: RunSettings, ckpt, federation, strategy) -> dict[str, Any]:
+def ship_embedding_dp(settings: RunSettings, ckpt, data: RunData, strategy) -> dict[str, Any]:
     """Fix the public DP mechanism from D_aux and the checkpoint; send it with every query."""
     from ripple_flwr.app.client import embedder_for
     from ripple_flwr.privacy.release import public_mechanism
@@ -240,15 +274,15 @@ def ship_embedding_dp(settings: RunSettings, ckpt, federation, strategy) -> dict
     t0 = time.perf_counter()
     mech = public_mechanism(
         ckpt,
-        federation,
-        embedder_for(settings, federation.dataset.image_shape),
+        data,
+        embedder_for(settings, data.image_shape),
         epsilon=settings.embedding_dp_epsilon,
         delta=settings.embedding_dp_delta,
         clip=settings.embedding_dp_clip,
         seed=settings.data_seed,
         client_size=settings.partition_size,
     )
-    strategy.roster.query_records = mechanism_records(mech)
+    strategy.roster.query_records.update(mechanism_records(mech))
     info = {
         "epsilon": mech.epsilon,
         "delta": mech.delta,
@@ -279,24 +313,26 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     results_path = confined_results_path(settings)  # before any work
     saved_state = load_resume_state(settings) if settings.resume else None
 
+    pretrained = pretrained_report(settings)
     t0 = time.perf_counter()
-    federation = cached_federation(settings)
-    dataset = federation.dataset
-    check_image_shape(settings, dataset.image_shape)
+    data = resolve_run_data(settings)
+    check_image_shape(settings, data.image_shape)
     data_seconds = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     router, checkpoint_info, ckpt = None, None, None
     if get_method(settings.method).needs_router:
-        ckpt, checkpoint_info = resolve_checkpoint(settings, dataset.image_shape)
+        ckpt, checkpoint_info = resolve_checkpoint(settings, data.image_shape, data.classes_hash)
         router = ckpt.router(settings.router)
     pretrain_seconds = time.perf_counter() - t0
 
-    state = initial_state(settings, dataset.image_shape, dataset.num_classes)
-    strategy = build_strategy(settings, state, federation, router)
+    state = initial_state(settings, data.image_shape, data.num_classes)
+    strategy = build_strategy(settings, state, data, router)
+    strategy.roster.query_records.update(data.query_records())
+    strategy.roster.local = data.local(settings)
     embedding_dp = None
     if settings.embedding_dp_epsilon:
-        embedding_dp = ship_embedding_dp(settings, ckpt, federation, strategy)
+        embedding_dp = ship_embedding_dp(settings, ckpt, data, strategy)
     if settings.checkpoint_every:
         strategy.checkpoint_path = results_path.with_suffix(".resume.npz")
     if saved_state is not None:
@@ -315,20 +351,16 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
 
     record = {**strategy.run_record(), "zero_shot": zero_shot}
     saved_run = save_for_onboarding(
-        strategy, settings, dataset, results_path.with_suffix(".run.pt"), checkpoint_info
+        strategy, settings, data, results_path.with_suffix(".run.pt"), checkpoint_info
     )
     clients = strategy.clients
     model_bytes = int(sum(v.nbytes for v in state.values()))
     accuracy = [e["accuracy"]["weighted_mean"] for e in record["evaluations"]]
     results = {
         "settings": settings.to_dict(),
-        "federation": {
-            "dataset": dataset.name,
-            "image_shape": list(dataset.image_shape),
-            "num_classes": dataset.num_classes,
-            "true_mixtures": federation.mixtures,
-        },
+        "federation": data.record(),
         "checkpoint": checkpoint_info,
+        "pretrained": pretrained,
         "embedding_dp": embedding_dp,
         "model_bytes": model_bytes,
         "embedding_bytes_per_client": (

@@ -41,7 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--images",
         required=True,
         help="the client's images: .npy, or .npz with key 'images'; float32 in [0, 1], "
-        "shape (N, C, H, W) or (N, H, W); uint8 is divided by 255",
+        "shape (N, C, H, W) or (N, H, W); uint8 is divided by 255. Or the client's own "
+        "files in any format a SuperNode reads (an ImageFolder <class>/<image>, parquet or "
+        "a Hugging Face save_to_disk folder): converted to the run's channels and size",
     )
     p.add_argument(
         "--out",
@@ -54,8 +56,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def load_images(path: Path) -> np.ndarray:
-    """Images from .npy or .npz (key ``images``); uint8 scaled to [0, 1] with a note."""
+def load_images(path: Path, image_shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """Images from .npy or .npz (key ``images``); uint8 scaled to [0, 1] with a note.
+
+    A folder or parquet file is read as a SuperNode reads its own data
+    (:func:`ripple_flwr.data.local.read_local_images`), at ``image_shape``.
+    """
+    if path.is_dir() or path.suffix.lower() == ".parquet":
+        from ripple_flwr.data.images import to_unit_float
+        from ripple_flwr.data.local import read_local_images
+
+        c, h, w = image_shape or (0, 0, 0)
+        local = read_local_images(path, channels=c, size=h if h == w else 0)
+        return to_unit_float(local.images)
     if not path.is_file():
         raise FileNotFoundError(f"images file {path} not found")
     suffix = path.suffix.lower()
@@ -84,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(stop.code or 0)
     try:
         images_path = Path(args.images).expanduser()
-        images = load_images(images_path)
         onboarder = Onboarder.from_path(args.run, device=args.device)
+        images = load_images(images_path, tuple(onboarder.run.image_shape))
         t0 = time.perf_counter()
         result = onboarder.onboard(images)
         ms = (time.perf_counter() - t0) * 1000.0

@@ -1,7 +1,9 @@
 """Datasets (one registry, one in-memory form) and the federation's client partitions."""
 
 from ripple_flwr.data.base import ImageDataset
+from ripple_flwr.data.gldv2 import load_gldv2
 from ripple_flwr.data.loaders import default_data_root, read_idx
+from ripple_flwr.data.office_home import load_office_home
 from ripple_flwr.data.partition import (
     Federation,
     build_federation,
@@ -9,18 +11,31 @@ from ripple_flwr.data.partition import (
     fold_labels,
     largest_remainder_counts,
     mixture_of,
+    natural_federation,
     sample_dirichlet_clients,
     server_aux_split,
     train_test_split_indices,
     true_mixtures,
 )
-from ripple_flwr.data.registry import available_datasets, image_shape_of, load_dataset
+from ripple_flwr.data.registry import (
+    EMBED_SIZES,
+    NATURAL_SPLIT_DATASETS,
+    available_datasets,
+    embed_size_of,
+    has_natural_split,
+    image_shape_of,
+    load_dataset,
+)
 from ripple_flwr.data.rotated import rotate_dataset
 
 __all__ = [
+    "EMBED_SIZES",
+    "NATURAL_SPLIT_DATASETS",
     "Federation",
     "ImageDataset",
     "available_datasets",
+    "embed_size_of",
+    "has_natural_split",
     "image_shape_of",
     "build_federation",
     "default_data_root",
@@ -28,7 +43,10 @@ __all__ = [
     "fold_labels",
     "largest_remainder_counts",
     "load_dataset",
+    "load_gldv2",
+    "load_office_home",
     "mixture_of",
+    "natural_federation",
     "read_idx",
     "rotate_dataset",
     "sample_dirichlet_clients",

@@ -2,18 +2,35 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+
+from ripple_flwr.data.images import to_unit_float
+
+
+def classes_hash(class_names: Sequence[str]) -> str:
+    """A short hash of a class list, in order: what server, checkpoint and nodes compare."""
+    blob = json.dumps([str(c) for c in class_names]).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
 class ImageDataset:
-    """Images in [0, 1] as float32 ``(n, C, H, W)`` with integer labels.
+    """Images ``(n, C, H, W)`` with integer labels.
 
-    ``labels`` are the class labels. ``domains`` is an optional alternative
-    label (e.g. the rotation of the ``rotated`` wrapper); ``cluster_labels``
-    returns whichever one the clusters are meant to follow.
+    ``images`` is uint8 (0..255), float32 in [0, 1], or a lazily decoded
+    :class:`~ripple_flwr.data.images.LazyImages`; :meth:`rows` returns any rows
+    as float32 in [0, 1], whatever the storage. ``labels`` are the class
+    labels. ``domains`` is an optional alternative label (e.g. the rotation of
+    the ``rotated`` wrapper); ``cluster_labels`` returns whichever one the
+    clusters are meant to follow. ``groups`` is a natural client id per row
+    (GLDv2's photographers; -1: the server's rows), ``class_names`` the
+    classes' names in label order.
     """
 
     name: str
@@ -25,6 +42,8 @@ class ImageDataset:
     test_images: np.ndarray | None = field(default=None, repr=False)
     test_labels: np.ndarray | None = field(default=None, repr=False)
     test_domains: np.ndarray | None = field(default=None, repr=False)
+    groups: np.ndarray | None = field(default=None, repr=False)
+    class_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.images.ndim != 4:
@@ -35,6 +54,15 @@ class ImageDataset:
             raise ValueError(
                 f"{self.name}: {len(self.images)} images but {len(self.labels)} labels"
             )
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """The class names in label order (``"0" .. "C-1"`` when the data names none)."""
+        return self.class_names or tuple(str(c) for c in range(self.num_classes))
+
+    def rows(self, index: Any) -> np.ndarray:
+        """Images at ``index`` as float32 in [0, 1] (decoded and converted on demand)."""
+        return to_unit_float(self.images[index])
 
     @property
     def image_shape(self) -> tuple[int, int, int]:

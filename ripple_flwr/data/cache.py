@@ -19,21 +19,30 @@ from pathlib import Path
 import numpy as np
 
 from ripple_flwr.data import Federation, ImageDataset, build_federation, load_dataset
+from ripple_flwr.data.registry import RESIZABLE_DATASETS
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
 
 FORMAT_VERSION = 1
-_DATASETS: dict[tuple[str, str], ImageDataset] = {}
+_DATASETS: dict[tuple[str, str, int], ImageDataset] = {}
 _FEDERATIONS: dict[str, Federation] = {}
+
+
+def _image_size(settings: RunSettings) -> int:
+    """``image-size`` for the sets that resize their photos (office-home, gldv2-23k), else 0."""
+    return int(settings.image_size) if settings.base_dataset in RESIZABLE_DATASETS else 0
 
 
 def cached_dataset(settings: RunSettings) -> ImageDataset:
     """The run's dataset, loaded once per process."""
-    key = (settings.dataset, settings.data_root)
+    image_size = _image_size(settings)
+    key = (settings.dataset, settings.data_root, image_size)
     if key not in _DATASETS:
         _DATASETS.clear()  # one dataset per process at a time (memory)
-        _DATASETS[key] = load_dataset(settings.dataset, settings.data_root_or_none)
+        _DATASETS[key] = load_dataset(
+            settings.dataset, settings.data_root_or_none, image_size=image_size
+        )
     return _DATASETS[key]
 
 
@@ -56,9 +65,9 @@ def _labels_digest(dataset: ImageDataset) -> str:
 def cached_federation(settings: RunSettings, *, use_disk: bool = True) -> Federation:
     """The run's federation: from this process, else from disk, else built (and saved)."""
     key = federation_key(settings)
-    if key in _FEDERATIONS:
-        return _FEDERATIONS[key]
     dataset = cached_dataset(settings)
+    if key in _FEDERATIONS and _FEDERATIONS[key].dataset is dataset:  # same rows, same pixels
+        return _FEDERATIONS[key]
     path = settings.cache_root() / "federations" / f"federation-{key}.npz"
     federation = _load(path, dataset) if use_disk else None
     if federation is None:

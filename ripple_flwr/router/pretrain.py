@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -19,12 +20,17 @@ import numpy as np
 import torch
 
 from ripple_flwr.data import (
+    ImageDataset,
     fold_labels,
     load_dataset,
     mixture_of,
     sample_dirichlet_clients,
     server_aux_split,
 )
+from ripple_flwr.data.base import classes_hash
+from ripple_flwr.data.local import local_dataset
+from ripple_flwr.data.partition import natural_aux
+from ripple_flwr.data.registry import embed_size_of
 from ripple_flwr.io.integrity import seal, verify
 from ripple_flwr.io.jsonable import to_jsonable
 from ripple_flwr.router.routers import GMMVAERouter, MeanUnmixingRouter, UniformRouter, routing_l1
@@ -47,7 +53,11 @@ MATCHING_KEYS = (
     "num_components",
     "embedding_dim",
     "label_kind",
+    "classes",
+    "embed_size",
 )
+# Keys that checkpoints written before them lack: not compared there.
+NEWER_KEYS = ("classes", "embed_size")
 
 
 # Batch a device trains with unless ``device_batch`` says otherwise. A GPU step is
@@ -140,6 +150,13 @@ class PretrainSettings:
     real_client_size: int = 200
     real_alphas: tuple[float, ...] = (0.1, 1.0)
     cache_dir: str | None = None
+    aux_data: str = ""  # the server's own D_aux files ("" = carved from ``dataset``)
+    class_names: tuple[str, ...] = ()  # the run's classes ("" = the data's own)
+    image_size: int = 0
+    channels: int = 0
+    embed_size: int = 0  # 0: the images' own size
+    image_column: str = "image"
+    label_column: str = "label"
 
     def __post_init__(self) -> None:
         if self.num_components < 2:
@@ -172,7 +189,64 @@ def pretrain_settings_for(settings: RunSettings) -> PretrainSettings:
         real_clients=20,
         real_client_size=client_size,
         cache_dir=str(settings.cache_root() / "banks"),
+        aux_data=settings.aux_data,
+        class_names=class_list(settings.class_names),
+        image_size=settings.image_size,
+        channels=settings.channels,
+        embed_size=run_embed_size(settings),
+        image_column=settings.image_column,
+        label_column=settings.label_column,
     )
+
+
+def run_embed_size(settings: RunSettings) -> int:
+    """The side a run's WST embeds at: ``embed-size``, else the dataset's (64 for the photo
+    sets), else 0 (the images' own size; always so for local data unless set)."""
+    if settings.embed_size:
+        return settings.embed_size
+    if settings.client_data == "local":
+        return 0
+    return embed_size_of(settings.base_dataset) or 0
+
+
+def class_list(text: str) -> tuple[str, ...]:
+    """``class-names`` ("a, b, c") as a tuple; "" -> ()."""
+    return tuple(c.strip() for c in text.split(",") if c.strip())
+
+
+def aux_source(settings: PretrainSettings) -> ImageDataset:
+    """Where D_aux comes from: the server's own files (``aux-data``), else the dataset."""
+    if settings.aux_data:
+        return local_dataset(
+            settings.aux_data,
+            class_names=settings.class_names or None,
+            channels=settings.channels,
+            size=settings.image_size,
+            image_column=settings.image_column,
+            label_column=settings.label_column,
+        )
+    return load_dataset(settings.dataset, settings.data_root, image_size=settings.image_size)
+
+
+def aux_rows(
+    settings: PretrainSettings, dataset: ImageDataset, cluster: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(D_aux rows, rows left for the report's real clients).
+
+    The server's own files are D_aux whole when ``aux-size`` covers them (else a
+    balanced ``aux-size`` of them); a dataset with a natural split gives D_aux from
+    its server rows (group -1) only, as its federation does.
+    """
+    if settings.aux_data and settings.aux_size >= len(cluster):
+        every = np.arange(len(cluster), dtype=np.int64)
+        return every, np.zeros(0, dtype=np.int64)
+    if dataset.groups is not None and not settings.aux_data:
+        aux = natural_aux(
+            dataset, cluster, settings.aux_size, settings.label_kind, settings.data_seed
+        )
+        rest = np.setdiff1d(np.arange(len(cluster), dtype=np.int64), aux, assume_unique=True)
+        return aux, rest
+    return server_aux_split(cluster, settings.aux_size, settings.data_seed)
 
 
 def resolve_device(device: str) -> str:
@@ -277,11 +351,21 @@ def train_gmm_vae(
 
 
 # -- checkpoints -------------------------------------------------------------------------
-def checkpoint_settings(settings: PretrainSettings, image_shape: tuple[int, ...], p: int) -> dict:
-    """The settings stored in (and checked against) a checkpoint."""
+def checkpoint_settings(
+    settings: PretrainSettings, image_shape: tuple[int, ...], p: int, classes: str = ""
+) -> dict:
+    """The settings stored in (and checked against) a checkpoint.
+
+    ``classes`` is the hash of the class list D_aux's labels index
+    (:func:`ripple_flwr.data.base.classes_hash`); ``aux_data`` names the server's own
+    files when they were D_aux.
+    """
     return {
         "checkpoint_version": CHECKPOINT_VERSION,
         "dataset": settings.dataset,
+        "aux_data": settings.aux_data,
+        "classes": classes,
+        "embed_size": settings.embed_size,
         "label_kind": settings.label_kind,
         "image_shape": list(image_shape),
         "J": settings.J,
@@ -333,6 +417,8 @@ def check_settings(saved: dict, expected: dict) -> None:
     """Raise a clear error listing every setting where checkpoint and run differ."""
     diffs = []
     for key in MATCHING_KEYS:
+        if key in NEWER_KEYS and (key not in saved or expected.get(key) in ("", None)):
+            continue  # an older checkpoint, or a caller that does not know the run's classes
         if key in expected and _norm(saved.get(key)) != _norm(expected[key]):
             diffs.append(f"{key}: checkpoint has {saved.get(key)!r}, run has {expected[key]!r}")
     if diffs:
@@ -398,22 +484,29 @@ def load_checkpoint(
 # -- the whole job -----------------------------------------------------------------------
 def _real_client_report(
     embedder: SpectralEmbedder,
-    images: np.ndarray,
+    images_of: Callable[[np.ndarray], np.ndarray],
     labels: np.ndarray,
     routers: dict,
     settings: PretrainSettings,
 ) -> dict[str, float]:
-    """Mean L1 routing error of each router on real clients drawn outside D_aux."""
+    """Mean L1 routing error of each router on real clients drawn outside D_aux.
+
+    ``images_of(rows)`` gives the images of rows of ``labels`` (decoded on demand: a
+    lazily read dataset never holds the whole pool as floats).
+    """
     report: dict[str, float] = {}
     k = settings.num_components
+    if len(labels) < settings.real_client_size:
+        return report  # D_aux is all the server has: no real clients to draw
     for alpha in settings.real_alphas:
         rng = np.random.default_rng([settings.seed, 7919, int(round(alpha * 1000))])
         clients = sample_dirichlet_clients(
             labels, settings.real_clients, settings.real_client_size, alpha, rng, num_components=k
         )
         truth = np.stack([mixture_of(labels[c], k) for c in clients])
-        phis = embedder.embed_many([images[c] for c in clients])
-        means = np.stack([images[c].reshape(len(c), -1).mean(axis=0) for c in clients])
+        client_images = [images_of(c) for c in clients]
+        phis = embedder.embed_many(client_images)
+        means = np.stack([x.reshape(len(x), -1).mean(axis=0) for x in client_images])
         for name, router in routers.items():
             feats = phis if router.needs == "embedding" else means
             suffix = "" if name == "gmm-vae" else f"_{name.replace('-', '_')}"
@@ -434,17 +527,18 @@ def pretrain(
     """
     t_start = time.perf_counter()
     device = resolve_device(settings.device)
-    dataset = load_dataset(settings.dataset, settings.data_root)
+    dataset = aux_source(settings)
     cluster, _ = dataset.cluster_labels(settings.label_kind)
-    aux, pool = server_aux_split(cluster, settings.aux_size, settings.data_seed)
+    aux, pool = aux_rows(settings, dataset, cluster)
     k = settings.num_components
-    aux_images, aux_comp = dataset.images[aux], fold_labels(cluster[aux], k)
+    aux_images, aux_comp = dataset.rows(aux), fold_labels(cluster[aux], k)
     embedder = SpectralEmbedder(
         dataset.image_shape,
         J=settings.J,
         L=settings.L,
         prototype=PrototypeSettings(settings.svd_rank, settings.explained_variance),
         device=device,
+        embed_size=settings.embed_size or None,
     )
     t0 = time.perf_counter()
     bank, bank_cached = cached_bank(
@@ -487,7 +581,9 @@ def pretrain(
     train_seconds = time.perf_counter() - t0
     model.cpu()
     unmix = MeanUnmixingRouter.from_aux(aux_images, aux_comp, k)
-    stored = checkpoint_settings(settings, dataset.image_shape, embedder.output_dim)
+    stored = checkpoint_settings(
+        settings, dataset.image_shape, embedder.output_dim, classes_hash(dataset.classes)
+    )
     save_checkpoint(output, model, unmix.component_means, stored)
     checkpoint = Checkpoint(model, unmix.component_means.astype(np.float32), stored)
 
@@ -502,7 +598,9 @@ def pretrain(
         suffix = "" if name == "gmm-vae" else f"_{name.replace('-', '_')}"
         report[f"routing_l1_heldout{suffix}"] = routing_l1(router.route(feats), val_bank.targets)
     report.update(
-        _real_client_report(embedder, dataset.images[pool], cluster[pool], routers, settings)
+        _real_client_report(
+            embedder, lambda rows: dataset.rows(pool[rows]), cluster[pool], routers, settings
+        )
     )
     report.update(
         {

@@ -255,7 +255,12 @@ def bank_key(
     settings: BankSettings,
     keep_means: bool = False,
 ) -> str:
-    """A hash of everything the bank depends on: data, embedding and sampling settings."""
+    """A hash of everything the bank depends on: data, embedding and sampling settings.
+
+    The embedding settings include the images' shape and, when the embedder
+    resizes them, the shape it embeds at, so a bank built at one embed size
+    is never reused at another.
+    """
     h = hashlib.sha256()
     h.update(np.ascontiguousarray(aux_images, dtype=np.float32).tobytes())
     h.update(np.ascontiguousarray(aux_components, dtype=np.int64).tobytes())
@@ -269,6 +274,13 @@ def bank_key(
         "settings": asdict(settings),
         "keep_means": keep_means,
     }
+    embed_shape = tuple(embedder.embed_shape)
+    if embed_shape != tuple(embedder.image_shape):
+        # Embedded at another size than the images': the size and the filter are part of
+        # the key. Absent when no resize happens, so keys of unresized banks are unchanged
+        # (their embeddings are bit-identical to those of an embedder without embed_size).
+        meta["embed_shape"] = list(embed_shape)
+        meta["resize"] = "bilinear-antialias"
     h.update(json.dumps(meta, sort_keys=True).encode())
     return h.hexdigest()[:24]
 

@@ -342,7 +342,12 @@ class Onboarder:
             self._load_router()
         # The skeleton is built once (construction draws from torch's global RNG,
         # copies do not) and checked against the cluster states right away.
-        self._skeleton = build_model(run.model, run.image_shape, run.num_classes)
+        self._skeleton = build_model(
+            run.model,
+            run.image_shape,
+            run.num_classes,
+            pretrained=bool(run.settings.get("pretrained", False)),
+        )
         try:
             set_state(self._skeleton, {k: v[0] for k, v in run.cluster_states.items()})
         except ValueError as err:
@@ -396,6 +401,8 @@ class Onboarder:
                     float(ev) if ev else None,
                 ),
                 device=self.device,
+                # The side the router's embeddings were made at (older checkpoints: the image's).
+                embed_size=int(ckpt.settings.get("embed_size") or 0) or None,
             )
             if self.embedder.output_dim != self.router.input_dim:
                 raise ValueError(
@@ -525,9 +532,9 @@ def save_model(path: str | Path, onboarding: Onboarding, run: SavedRun) -> Path:
     """Write the personalised model atomically; return the absolute path.
 
     The file holds ``state_dict`` (torch tensors), ``model``, ``image_shape``,
-    ``num_classes``, ``weights`` and ``model_weights``; it loads with
+    ``num_classes``, ``pretrained``, ``weights`` and ``model_weights``; it loads with
     ``torch.load(weights_only=True)`` and into
-    ``build_model(model, image_shape, num_classes).load_state_dict``.
+    ``build_model(model, image_shape, num_classes, pretrained=pretrained).load_state_dict``.
     """
     path = Path(path).expanduser().resolve()
     payload = {
@@ -538,6 +545,7 @@ def save_model(path: str | Path, onboarding: Onboarding, run: SavedRun) -> Path:
         "model": str(run.model),
         "image_shape": [int(s) for s in run.image_shape],
         "num_classes": int(run.num_classes),
+        "pretrained": bool(run.settings.get("pretrained", False)),  # the architecture's stem
         "weights": [float(v) for v in np.asarray(onboarding.weights).ravel()],
         "model_weights": [float(v) for v in np.asarray(onboarding.model_weights).ravel()],
     }
@@ -554,6 +562,11 @@ def load_model(path: str | Path, device: str = "cpu") -> torch.nn.Module:
     if not path.is_file():
         raise FileNotFoundError(f"model file {path} not found")
     payload = torch.load(path, map_location="cpu", weights_only=True)
-    model = build_model(payload["model"], tuple(payload["image_shape"]), payload["num_classes"])
+    model = build_model(
+        payload["model"],
+        tuple(payload["image_shape"]),
+        payload["num_classes"],
+        pretrained=bool(payload.get("pretrained", False)),
+    )
     model.load_state_dict(payload["state_dict"])
     return model.to(resolve_device(device)).eval()

@@ -7,8 +7,16 @@ layers), so its state has a fixed layout before any forward pass, and
 construction only draws from torch's global RNG, so ``torch.manual_seed``
 makes it reproducible.
 
-Each built model carries two plain attributes, ``input_shape`` ``(C, H, W)``
-and ``num_classes``, that ``local`` uses to reject mismatched data early.
+Each built model carries three plain attributes, ``input_shape`` ``(C, H, W)``
+and ``num_classes``, that ``local`` uses to reject mismatched data early, and
+``pretrained``.
+
+``pretrained=True`` (ResNet-18 only) builds the architecture torchvision's
+ImageNet weights fit (:mod:`ripple_flwr.training.pretrained`: torchvision's stem
+for sides >= 64, ImageNet input normalisation in non-persistent buffers, head
+``fc = Linear(512, C)``), still randomly initialised: clients build it as a
+skeleton and receive the weights; the server loads them with
+:func:`~ripple_flwr.training.pretrained.load_imagenet_weights`.
 """
 
 from __future__ import annotations
@@ -137,14 +145,28 @@ def available_models() -> tuple[str, ...]:
     return tuple(_BUILDERS)
 
 
-def build_model(name: str, image_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_model(
+    name: str,
+    image_shape: tuple[int, int, int],
+    num_classes: int,
+    *,
+    pretrained: bool = False,
+) -> nn.Module:
     """Build model ``name`` for ``(C, H, W)`` images and ``num_classes`` classes.
 
     Deterministic under ``torch.manual_seed``, so the server can build K
     identically initialised cluster models from one seed.
+
+    ``pretrained``: the architecture of torchvision's ImageNet ResNet-18
+    (``resnet18`` only; 1 or 3 channels), randomly initialised: this never
+    reads a file or the network. Images with both sides >= 64 keep
+    torchvision's stem; smaller ones the small-image stem (whose ``conv1`` is
+    then trained from scratch). See :mod:`ripple_flwr.training.pretrained`.
     """
     if name not in _BUILDERS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(available_models())}")
+    if pretrained and name != "resnet18":
+        raise ValueError(f"pretrained weights exist for resnet18 only, not model {name!r}")
     if len(image_shape) != 3 or any(int(s) != s or s < 1 for s in image_shape):
         raise ValueError(f"image_shape must be three positive ints (C, H, W), got {image_shape}")
     shape = (int(image_shape[0]), int(image_shape[1]), int(image_shape[2]))
@@ -156,9 +178,19 @@ def build_model(name: str, image_shape: tuple[int, int, int], num_classes: int) 
             f"model {name!r} needs images of at least {min_side}x{min_side}, "
             f"got {shape[1]}x{shape[2]}"
         )
-    model = _BUILDERS[name](shape, int(num_classes))
+    if pretrained:
+        if shape[0] not in (1, 3):
+            raise ValueError(
+                f"pretrained resnet18 needs grey (1) or RGB (3) images, got {shape[0]} channels"
+            )
+        from ripple_flwr.training.pretrained import ImageNetResNet18
+
+        model: nn.Module = ImageNetResNet18(shape, int(num_classes))
+    else:
+        model = _BUILDERS[name](shape, int(num_classes))
     model.input_shape = shape
     model.num_classes = int(num_classes)
+    model.pretrained = bool(pretrained)
     return model
 
 
@@ -166,8 +198,9 @@ def get_state(model: nn.Module) -> dict[str, np.ndarray]:
     """The full ``state_dict`` (parameters and buffers) as numpy copies, in its order.
 
     Buffers are included because BatchNorm's running statistics are part of
-    the model a client receives; the arrays are copies, so later training
-    does not change them.
+    the model a client receives (non-persistent ones, such as the pretrained
+    ResNet-18's input normalisation, are architecture and stay out); the
+    arrays are copies, so later training does not change them.
     """
     return {k: v.detach().to("cpu", copy=True).numpy() for k, v in model.state_dict().items()}
 

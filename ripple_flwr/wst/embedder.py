@@ -10,6 +10,13 @@ The prototype is computed from the n x n Gram matrix of the centred data
 scattering filters are kymatio's, built once per :class:`SpectralEmbedder`;
 the transform itself is kymatio's algorithm vectorised over paths
 (:mod:`ripple_flwr.wst.scattering`), on CUDA when available.
+
+Large images can be embedded at a smaller size (``embed_size``; the paper embeds
+Office-Home's 224x224 and GLDv2's 64x64 images at 64x64): every client's images
+are resized first, before the prototype and the scattering, by
+:func:`resize_images` (bilinear with antialiasing, torch's own filter, so the
+server's synthetic clients and a real client resize alike). Images already at
+that size are not touched.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ripple_flwr.wst.one_client_graph import OneClientGraph
 from ripple_flwr.wst.prototype import (
@@ -32,7 +40,14 @@ from ripple_flwr.wst.scattering import Scattering2D
 from ripple_flwr.wst.subspace import HOST_SOLVE_PLAN, uses_subspace_iteration
 from ripple_flwr.wst.threads import map_on_cpu_threads, one_cpu_thread
 
-__all__ = ["PrototypeSettings", "SpectralEmbedder", "embedding_dim", "validate_scattering"]
+__all__ = [
+    "PrototypeSettings",
+    "SpectralEmbedder",
+    "embed_shape",
+    "embedding_dim",
+    "resize_images",
+    "validate_scattering",
+]
 
 
 def scattering_channels(J: int, L: int) -> int:
@@ -40,14 +55,56 @@ def scattering_channels(J: int, L: int) -> int:
     return 1 + J * L + L * L * J * (J - 1) // 2
 
 
-def embedding_dim(image_shape: tuple[int, int, int], J: int, L: int) -> int:
-    """Length P of an embedding: C x 217 x (H/2^J) x (W/2^J) for J=3, L=8."""
-    c, h, w = image_shape
+def embed_shape(
+    image_shape: tuple[int, int, int], embed_size: int | None = None
+) -> tuple[int, int, int]:
+    """The ``(C, H', W')`` the scattering sees: ``(C, embed_size, embed_size)`` or the image's.
+
+    ``embed_size`` None (or 0) keeps the images' own size.
+    """
+    c, h, w = (int(s) for s in image_shape)
+    if embed_size is None or embed_size == 0:
+        return (c, h, w)
+    if int(embed_size) != embed_size or embed_size < 1:
+        raise ValueError(f"embed_size must be a positive int (or None), got {embed_size!r}")
+    return (c, int(embed_size), int(embed_size))
+
+
+def resize_images(images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """Images ``(N, C, H, W)`` resized to ``(N, C, *size)`` in float32, all in one call.
+
+    The filter is torch's bilinear interpolation with antialiasing
+    (``F.interpolate(mode="bilinear", antialias=True, align_corners=False)``):
+    when shrinking, a triangle filter widened by the scale factor (what PIL's
+    bilinear resize does), deterministic on a CPU. The input itself is
+    returned when it already has ``size``.
+    """
+    if tuple(images.shape[-2:]) == tuple(size):
+        return images
+    return F.interpolate(
+        images.to(torch.float32), size=size, mode="bilinear", antialias=True, align_corners=False
+    )
+
+
+def embedding_dim(
+    image_shape: tuple[int, int, int], J: int, L: int, embed_size: int | None = None
+) -> int:
+    """Length P of an embedding: C x 217 x (H/2^J) x (W/2^J) for J=3, L=8.
+
+    H and W are ``embed_size`` when given (images are resized to it first):
+    41,664 for RGB images embedded at 64x64.
+    """
+    c, h, w = embed_shape(image_shape, embed_size)
     return c * scattering_channels(J, L) * (h // 2**J) * (w // 2**J)
 
 
-def validate_scattering(image_shape: tuple[int, int, int], J: int, L: int) -> None:
-    """Reject settings kymatio would mishandle, before any work starts."""
+def validate_scattering(
+    image_shape: tuple[int, int, int], J: int, L: int, embed_size: int | None = None
+) -> None:
+    """Reject settings kymatio would mishandle, before any work starts.
+
+    J is checked against the size the scattering sees (``embed_size`` when given).
+    """
     if len(image_shape) != 3:
         raise ValueError(f"image_shape must be (C, H, W), got {image_shape}")
     c, h, w = image_shape
@@ -57,10 +114,12 @@ def validate_scattering(image_shape: tuple[int, int, int], J: int, L: int) -> No
         raise ValueError(f"scattering J must be >= 1, got {J}")
     if L < 1:
         raise ValueError(f"scattering L must be >= 1, got {L}")
+    _, h, w = embed_shape(image_shape, embed_size)
     if 2**J >= min(h, w):
-        largest = int(np.floor(np.log2(min(h, w) - 1)))
+        largest = int(np.floor(np.log2(min(h, w) - 1))) if min(h, w) > 1 else 0
+        resized = f" (embed-size {embed_size})" if (h, w) != tuple(image_shape[1:]) else ""
         raise ValueError(
-            f"scattering J={J} is too large for {h}x{w} images: kymatio needs 2**J < "
+            f"scattering J={J} is too large for {h}x{w} images{resized}: kymatio needs 2**J < "
             f"min(H, W) = {min(h, w)}; use J <= {largest}"
         )
 
@@ -86,6 +145,10 @@ class SpectralEmbedder:
     ----------
     image_shape : (C, H, W) of the images.
     J, L : scattering scales and orientations (spec defaults 3 and 8).
+    embed_size : side the images are resized to before the prototype and the
+        scattering (:func:`resize_images`); ``None`` (or the images' own square
+        size) embeds them as they are. Clients still pass images of
+        ``image_shape``; prototypes (and :attr:`embed_shape`) have the resized shape.
     prototype : number of principal components (fixed M or explained variance).
     device : ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
     batch_size : images per scattering call; ``None`` sizes it for the device
@@ -102,10 +165,15 @@ class SpectralEmbedder:
         prototype: PrototypeSettings | None = None,
         device: str = "auto",
         batch_size: int | None = None,
+        embed_size: int | None = None,
     ) -> None:
         image_shape = tuple(int(s) for s in image_shape)  # type: ignore[assignment]
-        validate_scattering(image_shape, J, L)
+        validate_scattering(image_shape, J, L, embed_size)
         self.image_shape = image_shape
+        # The shape the prototype and the scattering work at; equal to image_shape when
+        # no resize is needed (embed_size None, or the images' own square size).
+        self.embed_shape = embed_shape(image_shape, embed_size)
+        self.embed_size = None if self.embed_shape == image_shape else self.embed_shape[1]
         self.J = J
         self.L = L
         self.prototype_settings = prototype or PrototypeSettings()
@@ -127,12 +195,30 @@ class SpectralEmbedder:
 
     @property
     def output_dim(self) -> int:
-        return embedding_dim(self.image_shape, self.J, self.L)
+        return embedding_dim(self.embed_shape, self.J, self.L)
 
     @property
     def input_dim(self) -> int:
+        """Length D of a client's image row, at the images' own size."""
         c, h, w = self.image_shape
         return c * h * w
+
+    @property
+    def resizes(self) -> bool:
+        """Whether images are resized before embedding (``embed_shape != image_shape``)."""
+        return self.embed_shape != self.image_shape
+
+    def resize_rows(self, clients: torch.Tensor) -> torch.Tensor:
+        """Client rows ``(B, n, D)`` at ``image_shape`` -> ``(B, n, D')`` at ``embed_shape``.
+
+        All ``B * n`` images in one :func:`resize_images` call; the input itself
+        when no resize is needed.
+        """
+        if not self.resizes:
+            return clients
+        b, n = clients.shape[:2]
+        images = clients.reshape(b * n, *self.image_shape)
+        return resize_images(images, self.embed_shape[1:]).reshape(b, n, -1)
 
     # -- validation -----------------------------------------------------------------
     def _check_client(self, images: np.ndarray, where: str = "client") -> np.ndarray:
@@ -183,36 +269,45 @@ class SpectralEmbedder:
 
     # -- prototypes -------------------------------------------------------------------
     def prototype(self, images: np.ndarray) -> np.ndarray:
-        """The spectral prototype ``(C, H, W)`` of one client (row order canonicalised)."""
+        """The spectral prototype ``embed_shape`` of one client (row order canonicalised)."""
         rows = self._ordered_rows(self._check_client(images))
         return self.prototypes(rows[None], overwrite=True)[0].cpu().numpy()
 
     def prototypes(
         self, clients: np.ndarray | torch.Tensor, *, overwrite: bool = False
     ) -> torch.Tensor:
-        """Prototypes of equal-size clients ``(B, n, D)`` -> ``(B, C, H, W)`` (on device).
+        """Prototypes of equal-size clients ``(B, n, D)`` -> ``(B, *embed_shape)`` (on device).
 
-        ``overwrite``: ``clients`` is a copy the caller no longer needs, and
-        may be centred in place.
+        The rows are at ``image_shape``; they are resized to ``embed_shape``
+        first (:meth:`resize_rows`). ``overwrite``: ``clients`` is a copy the
+        caller no longer needs, and may be centred in place.
         """
         x = torch.as_tensor(clients, dtype=torch.float32, device=self.device)
         if x.ndim != 3 or x.shape[2] != self.input_dim or x.shape[1] < 2:
             raise ValueError(
                 f"expected clients of shape (B, n>=2, {self.input_dim}), got {tuple(x.shape)}"
             )
+        if self.resizes:
+            x, overwrite = self.resize_rows(x), True  # a fresh tensor: centre it in place
         protos = batch_prototypes(x, self.prototype_settings, overwrite=overwrite)
-        return protos.reshape(-1, *self.image_shape)
+        return protos.reshape(-1, *self.embed_shape)
 
     # -- scattering -------------------------------------------------------------------
     def scatter(self, images: torch.Tensor | np.ndarray) -> np.ndarray:
-        """Scattering embeddings of B images ``(B, C, H, W)`` -> ``(B, P)`` float32."""
+        """Scattering embeddings of B images ``(B, C, H, W)`` -> ``(B, P)`` float32.
+
+        The images are at ``embed_shape`` (prototypes are); images at
+        ``image_shape`` are resized to it first.
+        """
         return self._finite(self.scatter_tensor(images).cpu().numpy())
 
     def scatter_tensor(self, images: torch.Tensor | np.ndarray) -> torch.Tensor:
         """:meth:`scatter` that stays on the device: ``(B, C, H, W)`` -> ``(B, P)`` tensor."""
         x = torch.as_tensor(images, dtype=torch.float32).to(self.device)
         b = x.shape[0]
-        c, h, w = self.image_shape
+        c, h, w = self.embed_shape
+        if self.resizes and tuple(x.shape[1:]) == self.image_shape:
+            x = resize_images(x, (h, w))
         flat = x.reshape(b * c, h, w)
         op = self._scattering()
         with torch.no_grad():
@@ -231,7 +326,7 @@ class SpectralEmbedder:
 
     def _scattering(self) -> Scattering2D:
         if self._op is None:
-            self._op = Scattering2D(self.J, self.image_shape[1:], self.L).to(self.device)
+            self._op = Scattering2D(self.J, self.embed_shape[1:], self.L).to(self.device)
         return self._op
 
     # -- embeddings -------------------------------------------------------------------

@@ -81,7 +81,9 @@ class OneClientGraph:
         torch.cuda.synchronize(dev)
 
     def _stage_a(self) -> tuple[torch.Tensor, ...]:
-        mu, xc, gram = centre(self._raw.index_select(1, self._order))
+        # The rows at the images' size, resized as the eager path does (captured too).
+        rows = self._embedder.resize_rows(self._raw.index_select(1, self._order))
+        mu, xc, gram = centre(rows)
         q, h = ritz_basis(gram, HOST_SOLVE_PLAN)  # the solve is on the host: any block size
         return mu, xc, gram, q, h
 
@@ -90,7 +92,7 @@ class OneClientGraph:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         lam, u, bad = ritz_pairs(gram, q, self._theta, self._w, self.m)
         proto = prototype_from_pairs(mu, xc, lam, u)
-        emb = self._embedder.scatter_tensor(proto.reshape(1, *self._embedder.image_shape))
+        emb = self._embedder.scatter_tensor(proto.reshape(1, *self._embedder.embed_shape))
         return emb[0], bad[0]
 
     def _solve_on_host(self, h: torch.Tensor) -> None:

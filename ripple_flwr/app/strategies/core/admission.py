@@ -41,11 +41,13 @@ def wait_for_nodes(
     poll: float = 1.0,
     hint_every: float = 10.0,
     allowed: int | None = None,
+    local: bool = False,
 ) -> list[int]:
     """Node ids once ``expected`` nodes are connected; a clear error after ``timeout`` s.
 
     ``allowed`` (default ``expected``) is how many nodes the run can use at
-    most (training plus new clients); more than that gets a warning.
+    most (training plus new clients); more than that gets a warning. ``local``:
+    the nodes bring their own data (the hint says how to start one).
     """
     start = time.monotonic()
     last_hint = start
@@ -62,6 +64,13 @@ def wait_for_nodes(
                 )
             return sorted(nodes)
         now = time.monotonic()
+        if now - start >= timeout and local:
+            raise NotEnoughClientsError(
+                f"only {len(nodes)} of the expected {expected} nodes connected within "
+                f"node-wait-timeout={timeout:g} s; start at least {expected} SuperNodes with "
+                "--node-config \"data='<path>' name='<silo>'\" (docs/own-data.md), or lower "
+                "num-partitions."
+            )
         if now - start >= timeout:
             raise NotEnoughClientsError(
                 f"only {len(nodes)} of the expected {expected} nodes connected within "
@@ -89,6 +98,8 @@ class QueryResult:
     bytes_up: list[int] = field(default_factory=list)
     client_seconds: list[float] = field(default_factory=list)
     num_test: list[int] = field(default_factory=list)  # test split sizes (0: not reported)
+    sources: list[str] = field(default_factory=list)  # "benchmark" | "local", by row
+    names: list[str] = field(default_factory=list)  # the nodes' own names (local data)
 
     def __len__(self) -> int:
         return len(self.node_ids)
@@ -104,6 +115,8 @@ class QueryResult:
             bytes_up=[self.bytes_up[r] for r in rows] if self.bytes_up else [],
             client_seconds=[self.client_seconds[r] for r in rows] if self.client_seconds else [],
             num_test=[self.num_test[r] for r in rows] if self.num_test else [],
+            sources=[self.sources[r] for r in rows] if self.sources else [],
+            names=[self.names[r] for r in rows] if self.names else [],
         )
 
     def extend(self, other: QueryResult) -> None:
@@ -120,6 +133,8 @@ class QueryResult:
         self.bytes_up += other.bytes_up
         self.client_seconds += other.client_seconds
         self.num_test += other.num_test
+        self.sources += other.sources
+        self.names += other.names
         self.rejected.update(other.rejected)
 
     def known_train(self, row: int) -> int | None:
@@ -148,6 +163,62 @@ def validate_summary(record: RecordDict, kind: str, dim: int | None) -> np.ndarr
     return phi.astype(np.float32, copy=False)
 
 
+@dataclass(frozen=True)
+class LocalData:
+    """What a node with its own data must report: the run's classes and image shape."""
+
+    classes_hash: str
+    image_shape: tuple[int, int, int]
+    num_train: int  # training slots (num-partitions); held-out slots come after them
+
+
+def _check_local_info(info: Any, local: LocalData) -> tuple[str, bool]:
+    """A local node's name and held-out flag, after checking its classes and shape."""
+    got = str(info.get("classes-hash", ""))
+    if got != local.classes_hash:
+        raise ValueError(
+            f"node mapped its labels through another class list (hash {got!r}, the run's "
+            f"{local.classes_hash!r})"
+        )
+    shape = tuple(int(v) for v in info.get("image-shape", []))
+    if shape != tuple(local.image_shape):
+        raise ValueError(f"node's images are {shape}, the run's {tuple(local.image_shape)}")
+    name = str(info.get("name", ""))
+    if len(name) > 64 or not name.isprintable():
+        raise ValueError("node name must be at most 64 printable characters")
+    return name, bool(info.get("held-out", False))
+
+
+def _assign_local(
+    rows: dict[int, tuple],
+    pending: list[tuple[str, int, bool, tuple]],
+    local: LocalData,
+    num_partitions: int,
+    taken: set[int],
+    rejected: dict[int, str],
+) -> None:
+    """Give nodes with their own data the free partition slots, in order of name then node id.
+
+    Training nodes take the free slots below ``num-train``, held-out nodes the
+    ones after; a node that finds no slot (or repeats another's name) is left out.
+    """
+    used = set(taken) | set(rows)
+    names = set()
+    for name, nid, held_out, row in sorted(pending, key=lambda p: (p[0], p[1])):
+        if name and name in names:
+            rejected[nid] = f"invalid query reply: node name {name!r} already taken"
+            continue
+        lo, hi = (local.num_train, num_partitions) if held_out else (0, local.num_train)
+        free = next((p for p in range(lo, hi) if p not in used), None)
+        if free is None:
+            kind = "held-out" if held_out else "training"
+            rejected[nid] = f"no {kind} slot left (all {hi - lo} taken)"
+            continue
+        used.add(free)
+        names.add(name)
+        rows[free] = row
+
+
 def query_round(
     grid: Grid,
     node_ids: Sequence[int],
@@ -157,6 +228,7 @@ def query_round(
     timeout: float,
     taken: Iterable[int] = (),
     extra: dict[str, Any] | None = None,
+    local: LocalData | None = None,
 ) -> QueryResult:
     """Ask every node once for its partition id (and summary); validate every reply.
 
@@ -166,7 +238,9 @@ def query_round(
     or sends a summary of the wrong length or with NaN/Inf is left out with
     its reason logged; its summary never reaches the router. ``extra``
     records go to every node with the question (the public parameters of the
-    embedding's differential privacy).
+    embedding's differential privacy; a local-data run's classes and shape).
+    With ``local``, nodes bring their own data: each must report the run's
+    classes and image shape, and the server gives them their partition slots.
     """
     taken = set(int(t) for t in taken)
     messages = [
@@ -181,8 +255,10 @@ def query_round(
     # Match each reply to the message it answers (ids are set when pushed), not to its sender.
     asked = {str(m.metadata.message_id): int(m.metadata.dst_node_id) for m in messages}
     rejected: dict[int, str] = {}
-    rows: dict[int, tuple[int, int, np.ndarray | None, int, float, int]] = {}
+    rows: dict[int, tuple] = {}
+    pending: list[tuple[str, int, bool, tuple]] = []
     answered = set()
+    source = "benchmark" if local is None else "local"
     for msg in replies:
         nid = asked.get(str(msg.metadata.reply_to_message_id))
         if nid is None or nid in answered:
@@ -197,29 +273,39 @@ def query_round(
             continue
         try:
             info = msg.content.config_records["info"]
-            pid = int(info["partition-id"])
-            if not 0 <= pid < num_partitions:
-                raise ValueError(f"partition-id {pid} outside [0, {num_partitions})")
+            got = str(info.get("data", "benchmark"))
+            if got != source:
+                raise ValueError(f"node uses {got} data, the run {source} data")
             if int(info.get("num-partitions", num_partitions)) != num_partitions:
                 raise ValueError(
                     f"node has num-partitions={info['num-partitions']}, run has {num_partitions}"
                 )
+            phi = validate_summary(msg.content, kind, dim)
+            row = (
+                nid,
+                int(info.get("num-examples", 0)),
+                phi,
+                message_nbytes(msg),
+                float(info.get("seconds", 0.0)),
+                int(info.get("num-test-examples", 0)),
+            )
+            if local is not None:
+                name, held_out = _check_local_info(info, local)
+                pending.append((name, nid, held_out, (*row, name)))
+                continue
+            pid = int(info["partition-id"])
+            if not 0 <= pid < num_partitions:
+                raise ValueError(f"partition-id {pid} outside [0, {num_partitions})")
             if pid in rows:
                 raise ValueError(f"partition-id {pid} already held by node {rows[pid][0]}")
             if pid in taken:
                 raise ValueError(f"partition-id {pid} already held by another node of the run")
-            phi = validate_summary(msg.content, kind, dim)
         except (KeyError, ValueError, TypeError) as err:
             rejected[nid] = f"invalid query reply: {err}"
             continue
-        rows[pid] = (
-            nid,
-            int(info.get("num-examples", 0)),
-            phi,
-            message_nbytes(msg),
-            float(info.get("seconds", 0.0)),
-            int(info.get("num-test-examples", 0)),
-        )
+        rows[pid] = (*row, "")
+    if local is not None:
+        _assign_local(rows, pending, local, num_partitions, taken, rejected)
     for nid in node_ids:
         if int(nid) not in answered:
             rejected[int(nid)] = f"no reply to the query round within {timeout:g} s"
@@ -238,6 +324,8 @@ def query_round(
         bytes_up=[rows[p][3] for p in order],
         client_seconds=[rows[p][4] for p in order],
         num_test=[rows[p][5] for p in order],
+        sources=[source] * len(order),
+        names=[rows[p][6] for p in order],
     )
 
 
@@ -271,6 +359,7 @@ class ClientRoster:
         self.joined: list[dict[str, Any]] = []
         self.query_seconds = 0.0
         self.query_records: dict[str, Any] = {}  # sent with every query (public DP mechanism)
+        self.local: LocalData | None = None  # set when the nodes bring their own data
 
     def prepare(self, grid: Grid) -> QueryResult:
         """Wait for the nodes, run the one-shot round, keep the usable clients.
@@ -281,7 +370,11 @@ class ClientRoster:
         """
         s = self.settings
         node_ids = wait_for_nodes(
-            grid, s.num_partitions, s.node_wait_timeout, allowed=s.total_partitions
+            grid,
+            s.num_partitions,
+            s.node_wait_timeout,
+            allowed=s.total_partitions,
+            local=self.local is not None,
         )
         t0 = time.perf_counter()
         everyone = query_round(
@@ -292,6 +385,7 @@ class ClientRoster:
             s.total_partitions,
             s.round_timeout,
             extra=self.query_records,
+            local=self.local,
         )
         self.query_seconds = time.perf_counter() - t0
         self.known_nodes.update(int(n) for n in node_ids)
@@ -346,6 +440,7 @@ class ClientRoster:
             s.round_timeout,
             taken=taken,
             extra=self.query_records,
+            local=self.local,
         )
         self.known_nodes.update(fresh)
         train, new = split_new(result, s.num_partitions)
@@ -409,5 +504,7 @@ class ClientRoster:
         return {
             "partition_ids": list(c.partition_ids) if c else [],
             "node_ids": [str(n) for n in c.node_ids] if c else [],
+            "data_sources": list(c.sources) if c else [],
+            "names": list(c.names) if c else [],
             "left_out": {str(n): r for n, r in (c.rejected.items() if c else [])},
         }

@@ -33,7 +33,11 @@ def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
     last = strategy.num_rounds
     strategy.admit(grid, last + 1)
     new = strategy.roster.new_clients
-    rec: dict[str, Any] = {"clients": len(new), "partition_ids": list(new.partition_ids)}
+    rec: dict[str, Any] = {
+        "clients": len(new),
+        "partition_ids": list(new.partition_ids),
+        "names": list(new.names),
+    }
     if not len(new):
         log.warning("new-clients=%d but no new client answered; no zero-shot score", s.new_clients)
         return rec

@@ -1,0 +1,245 @@
+"""Office-Home and GLDv2-23k end to end, with a pretrained ResNet-18, on files the tests write.
+
+The paper's protocol at a tiny scale: Office-Home partitioned by Dirichlet over its
+four domains (the routing label), embedded at 64x64 (P = 3 x 217 x 8 x 8 = 41,664);
+GLDv2 in its natural user split. The weights file sits where torchvision would put
+the ImageNet one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import FakeGrid, tiny_run_config
+from photo_sets import write_fake_resnet18_weights, write_gldv2, write_office_home
+
+from ripple_flwr.app.server import run_server
+from ripple_flwr.settings import ConfigError
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+P_64 = 3 * 217 * 8 * 8
+
+
+@pytest.fixture(scope="module")
+def photo_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("photos")
+    write_office_home(root / "office-home")
+    write_gldv2(root / "gldv2")
+    write_fake_resnet18_weights(root / "torch")
+    return root
+
+
+@pytest.fixture
+def torch_home(photo_root, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(photo_root / "torch"))
+    return photo_root / "torch"
+
+
+def office_config(cache_dir, root, results, **over):
+    cfg = tiny_run_config(
+        cache_dir,
+        method="ripple",
+        dataset="office-home",
+        model="resnet18",
+        pretrained=True,
+        **{
+            "data-root": str(root / "office-home"),
+            "label-kind": "domain",
+            "num-partitions": 4,
+            "partition-size": 12,
+            "aux-size": 32,
+            "alpha": 0.1,
+            "clients-per-round": 2,
+            "num-server-rounds": 1,
+            "batch-size": 8,
+            "pretrain-bank-size": 100,
+            "pretrain-steps": 20,
+            "pretrain-client-size": 12,
+            "results-path": str(results),
+        },
+    )
+    cfg.update(over)
+    return cfg
+
+
+def test_office_home_with_pretrained_resnet18(photo_root, torch_home, cache_dir, tmp_path):
+    cfg = office_config(cache_dir, photo_root, tmp_path / "oh.json")
+    r = json.loads(run_server(FakeGrid(cfg), cfg).read_text())
+    assert r["federation"]["dataset"] == "office-home"
+    assert r["federation"]["image_shape"] == [3, 224, 224]  # the paper's size
+    assert r["embedding_bytes_per_client"] == P_64 * 4  # embedded at 64x64
+    assert r["pretrained"]["path"] == str(
+        torch_home / "hub" / "checkpoints" / "resnet18-f37072fd.pth"
+    )
+    assert r["pretrained"]["official"] is False  # the test's stand-in, not ImageNet's file
+    assert r["clients"]["partition_ids"] == [0, 1, 2, 3]
+    assert sorted(r["accuracy_per_round"]) == ["1"]
+
+
+def test_pretrained_offline_without_the_file_names_the_path(tmp_path, cache_dir, monkeypatch):
+    from ripple_flwr.training import pretrained as module
+
+    def offline(*args, **kwargs):
+        raise OSError("offline (test)")
+
+    monkeypatch.setattr(module, "_download", offline)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "empty"))
+    cfg = office_config(cache_dir, tmp_path, tmp_path / "x.json")
+    expected = tmp_path / "empty" / "hub" / "checkpoints" / "resnet18-f37072fd.pth"
+    with pytest.raises(ConfigError, match=str(expected)):
+        run_server(FakeGrid(cfg), cfg)
+
+
+def test_gldv2_natural_split_with_pretrained_resnet18(photo_root, torch_home, cache_dir, tmp_path):
+    cfg = tiny_run_config(
+        cache_dir,
+        method="ripple",
+        dataset="gldv2-23k",
+        model="resnet18",
+        pretrained=True,
+        **{
+            "data-root": str(photo_root / "gldv2"),
+            "num-partitions": 5,
+            "new-clients": 1,
+            "aux-size": 24,
+            "clients-per-round": 2,
+            "num-server-rounds": 1,
+            "batch-size": 8,
+            "pretrain-bank-size": 100,
+            "pretrain-steps": 20,
+            "pretrain-client-size": 10,
+            "results-path": str(tmp_path / "gld.json"),
+        },
+    )
+    r = json.loads(run_server(FakeGrid(cfg), cfg).read_text())
+    assert r["federation"]["image_shape"] == [3, 64, 64]
+    assert r["embedding_bytes_per_client"] == P_64 * 4
+    assert r["clients"]["partition_ids"] == [0, 1, 2, 3, 4]
+    assert r["zero_shot"]["partition_ids"] == [5]
+
+
+def test_tables_script_runs_gldv2(photo_root, torch_home, tmp_path):
+    out = tmp_path / "table1"
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "tables.py"),
+        "table1",
+        "--dataset",
+        "gldv2-23k",
+        "--data-root",
+        str(photo_root / "gldv2"),
+        "--methods",
+        "ripple-strat-gmm-vae",
+        "fedavg",
+        "--rounds",
+        "1",
+        "--eval-every",
+        "1",
+        "--clients",
+        "5",
+        "--clients-per-round",
+        "2",
+        "--aux-size",
+        "24",
+        "--set",
+        "batch-size=8",
+        "--set",
+        "pretrain-bank-size=100",
+        "--set",
+        "pretrain-steps=20",
+        "--set",
+        "pretrain-client-size=10",
+        "--set",
+        f'cache-dir="{tmp_path / "cache"}"',
+        "--out",
+        str(out),
+    ]
+    env = {**os.environ, "TORCH_HOME": str(torch_home)}
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    line = json.loads(done.stdout.strip().splitlines()[-1])
+    assert line["dataset"] == "gldv2-23k" and line["model"] == "resnet18"
+    results = sorted(out.glob("*.json"))
+    assert results, list(out.iterdir())
+    settings = json.loads(results[0].read_text())["settings"]
+    assert settings["pretrained"] is True
+
+
+@pytest.mark.skipif(shutil.which("flwr") is None, reason="flwr CLI not installed")
+def test_flwr_run_office_home(photo_root, tmp_path, ray_tmp):
+    from conftest import (
+        Processes,
+        flower_env,
+        free_port,
+        run_flwr,
+        run_status,
+        wait_for_port,
+        write_cli_config,
+    )
+
+    port = free_port()
+    home = tmp_path / "flwr-home"
+    env = flower_env(home, ray_tmp, TORCH_HOME=str(photo_root / "torch"))
+    write_cli_config(home, "sim", port)
+    results = tmp_path / "results.json"
+    run_config = (
+        f'method="ripple" dataset="office-home" data-root="{photo_root / "office-home"}" '
+        'label-kind="domain" model="resnet18" pretrained=true image-size=64 '
+        "num-partitions=4 partition-size=12 aux-size=32 num-components=4 clients-per-round=2 "
+        "num-server-rounds=1 eval-every=1 batch-size=8 pretrain-bank-size=100 "
+        "pretrain-steps=20 pretrain-client-size=12 "
+        f'results-path="{results}" cache-dir="{tmp_path / "cache"}" node-wait-timeout=60.0 '
+        "round-timeout=300.0"
+    )
+    procs = Processes(tmp_path)
+    try:
+        procs.start(
+            "superlink",
+            [
+                "flower-superlink",
+                "--insecure",
+                "--simulation",
+                "--isolation",
+                "subprocess",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--database",
+                str(tmp_path / "state.db"),
+            ],
+            env,
+        )
+        wait_for_port(port, 60, procs)
+        out = run_flwr(
+            [
+                "run",
+                ".",
+                "sim",
+                "--stream",
+                "--run-config",
+                run_config,
+                "--federation-config",
+                "num-supernodes=4 client-resources-num-cpus=1",
+            ],
+            env,
+            timeout=400,
+        )
+        text = out.stdout + out.stderr
+        assert out.returncode == 0, text[-4000:]
+        status = run_status(text, env, "sim")
+        assert status == "finished:completed", f"{status}\n{text[-4000:]}\n{procs.logs()}"
+    finally:
+        procs.stop()
+    r = json.loads(results.read_text())
+    assert r["federation"]["dataset"] == "office-home"
+    assert r["federation"]["image_shape"] == [3, 64, 64]
+    assert r["pretrained"]["official"] is False
+    assert r["embedding_bytes_per_client"] == P_64 * 4
