@@ -149,6 +149,8 @@ def test_tables_script_runs_gldv2(photo_root, torch_home, tmp_path):
         "--aux-size",
         "24",
         "--set",
+        "num-components=4",
+        "--set",
         "batch-size=8",
         "--set",
         "pretrain-bank-size=100",
