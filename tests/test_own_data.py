@@ -52,6 +52,7 @@ def run(cfg, node_configs):
     return json.loads(path.read_text()), grid
 
 
+@pytest.mark.slow  # pre-trains the router on the server's folder
 def test_silos_with_their_own_folders_run_ripple_and_route_by_mixture(silos, cache_dir, tmp_path):
     cfg = local_config(cache_dir, silos, tmp_path / "r.json", **{"new-clients": 1})
     nodes = [node(silos, n) for n in TRAIN_SILOS] + [node(silos, "silo-d", **{"held-out": True})]

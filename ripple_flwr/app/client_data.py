@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
+from ripple_flwr.app.strategies.core.own_data import NAME_LIMIT
 from ripple_flwr.data.base import classes_hash
 from ripple_flwr.data.cache import cached_federation
 from ripple_flwr.data.images import to_unit_float
@@ -38,7 +39,6 @@ from ripple_flwr.settings import RunSettings
 log = logging.getLogger("flwr.ripple")
 
 DATA_STATE_KEY = "ripple.data"  # context.state: the run's classes and shape, from the query
-NAME_LIMIT = 64  # characters of a node's self-chosen name kept in the results
 LOCAL_CACHE_VERSION = 1
 
 

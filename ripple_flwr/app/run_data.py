@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ripple_flwr.app.client_data import data_record
-from ripple_flwr.app.strategies.core.admission import LocalData
+from ripple_flwr.app.strategies.core.own_data import LocalData
 from ripple_flwr.data import Federation, ImageDataset, fold_labels
 from ripple_flwr.data.base import classes_hash
 from ripple_flwr.data.cache import cached_federation

@@ -1,17 +1,15 @@
 """Datasets (one registry, one in-memory form) and the federation's client partitions."""
 
 from ripple_flwr.data.base import ImageDataset
+from ripple_flwr.data.federation import Federation, build_federation, natural_federation
 from ripple_flwr.data.gldv2 import load_gldv2
 from ripple_flwr.data.loaders import default_data_root, read_idx
 from ripple_flwr.data.office_home import load_office_home
 from ripple_flwr.data.partition import (
-    Federation,
-    build_federation,
     dirichlet_partition,
     fold_labels,
     largest_remainder_counts,
     mixture_of,
-    natural_federation,
     sample_dirichlet_clients,
     server_aux_split,
     train_test_split_indices,

@@ -28,8 +28,8 @@ from ripple_flwr.data import (
     server_aux_split,
 )
 from ripple_flwr.data.base import classes_hash
+from ripple_flwr.data.federation import natural_aux
 from ripple_flwr.data.local import local_dataset
-from ripple_flwr.data.partition import natural_aux
 from ripple_flwr.data.registry import embed_size_of
 from ripple_flwr.io.integrity import seal, verify
 from ripple_flwr.io.jsonable import to_jsonable

@@ -19,6 +19,7 @@ from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from ripple_flwr.app.strategies.core.grid import send_and_receive
+from ripple_flwr.app.strategies.core.own_data import LocalData, assign_local, check_local_info
 from ripple_flwr.runs.results import message_nbytes
 from ripple_flwr.settings import RunSettings
 
@@ -163,62 +164,6 @@ def validate_summary(record: RecordDict, kind: str, dim: int | None) -> np.ndarr
     return phi.astype(np.float32, copy=False)
 
 
-@dataclass(frozen=True)
-class LocalData:
-    """What a node with its own data must report: the run's classes and image shape."""
-
-    classes_hash: str
-    image_shape: tuple[int, int, int]
-    num_train: int  # training slots (num-partitions); held-out slots come after them
-
-
-def _check_local_info(info: Any, local: LocalData) -> tuple[str, bool]:
-    """A local node's name and held-out flag, after checking its classes and shape."""
-    got = str(info.get("classes-hash", ""))
-    if got != local.classes_hash:
-        raise ValueError(
-            f"node mapped its labels through another class list (hash {got!r}, the run's "
-            f"{local.classes_hash!r})"
-        )
-    shape = tuple(int(v) for v in info.get("image-shape", []))
-    if shape != tuple(local.image_shape):
-        raise ValueError(f"node's images are {shape}, the run's {tuple(local.image_shape)}")
-    name = str(info.get("name", ""))
-    if len(name) > 64 or not name.isprintable():
-        raise ValueError("node name must be at most 64 printable characters")
-    return name, bool(info.get("held-out", False))
-
-
-def _assign_local(
-    rows: dict[int, tuple],
-    pending: list[tuple[str, int, bool, tuple]],
-    local: LocalData,
-    num_partitions: int,
-    taken: set[int],
-    rejected: dict[int, str],
-) -> None:
-    """Give nodes with their own data the free partition slots, in order of name then node id.
-
-    Training nodes take the free slots below ``num-train``, held-out nodes the
-    ones after; a node that finds no slot (or repeats another's name) is left out.
-    """
-    used = set(taken) | set(rows)
-    names = set()
-    for name, nid, held_out, row in sorted(pending, key=lambda p: (p[0], p[1])):
-        if name and name in names:
-            rejected[nid] = f"invalid query reply: node name {name!r} already taken"
-            continue
-        lo, hi = (local.num_train, num_partitions) if held_out else (0, local.num_train)
-        free = next((p for p in range(lo, hi) if p not in used), None)
-        if free is None:
-            kind = "held-out" if held_out else "training"
-            rejected[nid] = f"no {kind} slot left (all {hi - lo} taken)"
-            continue
-        used.add(free)
-        names.add(name)
-        rows[free] = row
-
-
 def query_round(
     grid: Grid,
     node_ids: Sequence[int],
@@ -290,7 +235,7 @@ def query_round(
                 int(info.get("num-test-examples", 0)),
             )
             if local is not None:
-                name, held_out = _check_local_info(info, local)
+                name, held_out = check_local_info(info, local)
                 pending.append((name, nid, held_out, (*row, name)))
                 continue
             pid = int(info["partition-id"])
@@ -305,7 +250,7 @@ def query_round(
             continue
         rows[pid] = (*row, "")
     if local is not None:
-        _assign_local(rows, pending, local, num_partitions, taken, rejected)
+        assign_local(rows, pending, local, num_partitions, taken, rejected)
     for nid in node_ids:
         if int(nid) not in answered:
             rejected[int(nid)] = f"no reply to the query round within {timeout:g} s"

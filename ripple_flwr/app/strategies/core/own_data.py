@@ -1,0 +1,69 @@
+"""Nodes that bring their own data: what their query replies must say, and their slots.
+
+A node with its own files has no partition id: it reports the hash of the class
+list it mapped its labels through and its image shape (both must be the run's),
+an optional name and whether it is held out; the server gives it a free slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+NAME_LIMIT = 64  # characters of a node's name (the results file's label for it)
+
+
+@dataclass(frozen=True)
+class LocalData:
+    """What a node with its own data must report: the run's classes and image shape."""
+
+    classes_hash: str
+    image_shape: tuple[int, int, int]
+    num_train: int  # training slots (num-partitions); held-out slots come after them
+
+
+def check_local_info(info: Any, local: LocalData) -> tuple[str, bool]:
+    """A local node's name and held-out flag, after checking its classes and shape."""
+    got = str(info.get("classes-hash", ""))
+    if got != local.classes_hash:
+        raise ValueError(
+            f"node mapped its labels through another class list (hash {got!r}, the run's "
+            f"{local.classes_hash!r})"
+        )
+    shape = tuple(int(v) for v in info.get("image-shape", []))
+    if shape != tuple(local.image_shape):
+        raise ValueError(f"node's images are {shape}, the run's {tuple(local.image_shape)}")
+    name = str(info.get("name", ""))
+    if len(name) > NAME_LIMIT or not name.isprintable():
+        raise ValueError(f"node name must be at most {NAME_LIMIT} printable characters")
+    return name, bool(info.get("held-out", False))
+
+
+def assign_local(
+    rows: dict[int, tuple],
+    pending: list[tuple[str, int, bool, tuple]],
+    local: LocalData,
+    num_partitions: int,
+    taken: set[int],
+    rejected: dict[int, str],
+) -> None:
+    """Give nodes with their own data the free partition slots, in order of name then node id.
+
+    Training nodes take the free slots below ``num-train``, held-out nodes the
+    ones after; a node that finds no slot (or repeats another's name) is left out.
+    """
+    used = set(taken) | set(rows)
+    names = set()
+    for name, nid, held_out, row in sorted(pending, key=lambda p: (p[0], p[1])):
+        if name and name in names:
+            rejected[nid] = f"invalid query reply: node name {name!r} already taken"
+            continue
+        lo, hi = (local.num_train, num_partitions) if held_out else (0, local.num_train)
+        free = next((p for p in range(lo, hi) if p not in used), None)
+        if free is None:
+            kind = "held-out" if held_out else "training"
+            rejected[nid] = f"no {kind} slot left (all {hi - lo} taken)"
+            continue
+        used.add(free)
+        names.add(name)
+        rows[free] = row

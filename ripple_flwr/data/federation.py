@@ -1,0 +1,320 @@
+"""The federation of one run: D_aux, the training clients and the held-out new clients.
+
+Built identically by every Flower node from the run config: Dirichlet partitions
+of the cluster labels (:func:`build_federation`), or a dataset's natural groups
+(GLDv2's photographers, :func:`natural_federation`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ripple_flwr.data.base import ImageDataset
+from ripple_flwr.data.partition import (
+    derived_seed,
+    dirichlet_partition,
+    fold_labels,
+    server_aux_split,
+    train_test_split_indices,
+    true_mixtures,
+)
+
+# Offset of the new (held-out) clients' partition seed from the training one.
+NEW_PARTITION_SEED_OFFSET = 1_000_003
+_SPLIT_KEY = 2  # SeedSequence key of the per-client train/test split seeds
+
+
+@dataclass(frozen=True, eq=False)
+class Federation:
+    """The clients of one run, rebuilt identically by every Flower node from the run config.
+
+    Partition ids ``0 .. num_train_partitions-1`` are training clients; the
+    ids after them are new clients held out for zero-shot onboarding. Indices
+    are rows of ``dataset.images``; aux, every client's train and test rows
+    are pairwise disjoint.
+    """
+
+    dataset: ImageDataset
+    aux_indices: np.ndarray
+    train_indices: list[np.ndarray]
+    test_indices: list[np.ndarray]
+    mixtures: np.ndarray
+    num_train_partitions: int
+    settings: dict[str, Any]
+
+    @property
+    def num_partitions(self) -> int:
+        """All clients, training and new."""
+        return len(self.train_indices)
+
+    @property
+    def num_new_partitions(self) -> int:
+        return self.num_partitions - self.num_train_partitions
+
+    @property
+    def num_components(self) -> int:
+        return int(self.mixtures.shape[1])
+
+    def _check_pid(self, pid: int) -> int:
+        if not 0 <= pid < self.num_partitions:
+            raise IndexError(f"partition id {pid} out of range [0, {self.num_partitions})")
+        return int(pid)
+
+    def client_indices(self, pid: int) -> np.ndarray:
+        """All rows of one client (train then test)."""
+        pid = self._check_pid(pid)
+        return np.concatenate([self.train_indices[pid], self.test_indices[pid]])
+
+    def client_data(self, pid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(x_train, y_train, x_test, y_test)`` with class labels: what the model trains on."""
+        pid = self._check_pid(pid)
+        train, test = self.train_indices[pid], self.test_indices[pid]
+        data, labels = self.dataset, self.dataset.labels
+        return data.rows(train), labels[train], data.rows(test), labels[test]
+
+    def client_images(self, pid: int) -> np.ndarray:
+        """Every image of the client (train + test): the input of its embedding Phi."""
+        return self.dataset.rows(self.client_indices(pid))
+
+    def aux_data(self) -> tuple[np.ndarray, np.ndarray]:
+        """The server's D_aux: images and cluster labels folded to K (synthetic-client source)."""
+        cluster, _ = self.dataset.cluster_labels(self.settings["label_kind"])
+        folded = fold_labels(cluster[self.aux_indices], self.num_components)
+        return self.dataset.rows(self.aux_indices), folded
+
+
+def build_federation(
+    dataset: ImageDataset,
+    *,
+    num_partitions: int,
+    partition_size: int,
+    alpha: float,
+    aux_size: int,
+    num_components: int,
+    label_kind: str = "class",
+    test_fraction: float = 0.2,
+    seed: int = 0,
+    new_partitions: int = 0,
+    alpha_new: float = 1.0,
+) -> Federation:
+    """Split a dataset into D_aux, Dir(alpha) training clients and held-out new clients.
+
+    Deterministic: the same arguments give the same federation in every
+    process, so each Flower node rebuilds it from the run config instead of
+    receiving data. The clusters follow ``dataset.cluster_labels(label_kind)``
+    (class or domain); D_aux is balanced over them, the clients' mixtures are
+    drawn over them, and ``mixtures`` holds each client's folded pi* (N, K).
+
+    A dataset with natural clients (``dataset.groups`` set, e.g. GLDv2's
+    photographers) is split along them instead: see :func:`natural_federation`
+    (``partition_size``, ``alpha`` and ``alpha_new`` are then ignored).
+    """
+    cluster, _ = dataset.cluster_labels(label_kind)  # validates label_kind first
+    cluster = np.asarray(cluster, dtype=np.int64)
+    n = len(cluster)
+    num_labels = len(np.unique(cluster))
+    natural = dataset.groups is not None
+    for name, value, low in (
+        ("num_partitions", num_partitions, 1),
+        ("partition_size", partition_size, 2),
+        ("new_partitions", new_partitions, 0),
+        ("num_components", num_components, 1),
+        ("aux_size", aux_size, 1),
+        ("seed", seed, 0),
+    ):
+        if natural and name == "partition_size":
+            continue
+        if int(value) != value or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if natural:
+        return natural_federation(
+            dataset,
+            num_partitions=num_partitions,
+            aux_size=aux_size,
+            num_components=num_components,
+            label_kind=label_kind,
+            test_fraction=test_fraction,
+            seed=seed,
+            new_partitions=new_partitions,
+        )
+    num_partitions, partition_size = int(num_partitions), int(partition_size)
+    new_partitions, num_components, seed = int(new_partitions), int(num_components), int(seed)
+    aux_size = int(aux_size)
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    if new_partitions and not alpha_new > 0:
+        raise ValueError(f"alpha_new must be > 0, got {alpha_new}")
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    if not num_labels <= aux_size < n:
+        raise ValueError(
+            f"aux_size must be in [{num_labels}, {n}) for {dataset.name!r} "
+            f"(one row per {label_kind} label at least), got {aux_size}"
+        )
+    needed = aux_size + (num_partitions + new_partitions) * partition_size
+    if needed > n:
+        raise ValueError(
+            f"{dataset.name!r} has {n} rows, but aux_size={aux_size} plus "
+            f"{num_partitions} + {new_partitions} clients of {partition_size} rows need {needed}"
+        )
+
+    aux, pool = server_aux_split(cluster, aux_size, seed)
+    clients = [
+        pool[p]
+        for p in dirichlet_partition(cluster[pool], num_partitions, partition_size, alpha, seed)
+    ]
+    if new_partitions:
+        taken = np.concatenate(clients)
+        rest = np.setdiff1d(pool, taken, assume_unique=True)
+        new_seed = seed + NEW_PARTITION_SEED_OFFSET
+        clients += [
+            rest[p]
+            for p in dirichlet_partition(
+                cluster[rest], new_partitions, partition_size, alpha_new, new_seed
+            )
+        ]
+    splits = [
+        train_test_split_indices(rows, test_fraction, derived_seed(seed, _SPLIT_KEY, pid))
+        for pid, rows in enumerate(clients)
+    ]
+    settings = {
+        "dataset": dataset.name,
+        "num_rows": n,
+        "num_cluster_labels": num_labels,
+        "num_partitions": int(num_partitions),
+        "partition_size": int(partition_size),
+        "alpha": float(alpha),
+        "aux_size": int(aux_size),
+        "num_components": int(num_components),
+        "label_kind": label_kind,
+        "test_fraction": float(test_fraction),
+        "seed": int(seed),
+        "new_partitions": int(new_partitions),
+        "alpha_new": float(alpha_new),
+    }
+    return Federation(
+        dataset=dataset,
+        aux_indices=aux,
+        train_indices=[train for train, _ in splits],
+        test_indices=[test for _, test in splits],
+        mixtures=true_mixtures(clients, cluster, num_components),
+        num_train_partitions=int(num_partitions),
+        settings=settings,
+    )
+
+
+def natural_aux(
+    dataset: ImageDataset, cluster: np.ndarray, aux_size: int, label_kind: str, seed: int
+) -> np.ndarray:
+    """D_aux from the server's rows (group -1), balanced over the cluster labels."""
+    assert dataset.groups is not None
+    server = np.flatnonzero(np.asarray(dataset.groups) == -1)
+    if not len(server):
+        raise ValueError(
+            f"{dataset.name!r} has no server rows (group -1) to draw D_aux from; its natural "
+            "split keeps every user's rows for that user"
+        )
+    labels = cluster[server]
+    num_labels = len(np.unique(labels))
+    if not num_labels <= aux_size <= len(server):
+        raise ValueError(
+            f"aux_size must be in [{num_labels}, {len(server)}] for {dataset.name!r}: in its "
+            f"natural split D_aux comes from the {len(server)} server rows (group -1), which "
+            f"hold {num_labels} {label_kind} labels (one row per label at least); got {aux_size}"
+        )
+    if aux_size == len(server):
+        return server
+    aux, _ = server_aux_split(labels, aux_size, seed)
+    return server[aux]
+
+
+def natural_federation(
+    dataset: ImageDataset,
+    *,
+    num_partitions: int,
+    aux_size: int,
+    num_components: int,
+    label_kind: str = "class",
+    test_fraction: float = 0.2,
+    seed: int = 0,
+    new_partitions: int = 0,
+) -> Federation:
+    """The federation of a dataset with natural clients: one client per group (user).
+
+    ``dataset.groups`` gives each row's user (0..U-1, in the order the loader
+    numbered them) or -1 for the server's rows. Clients are the users in that
+    order: the first ``num_partitions`` train, the next ``new_partitions`` are
+    held out as new clients, the rest are unused. Each client keeps all its
+    rows, split into train/test by ``test_fraction`` as the Dirichlet clients
+    are; D_aux is drawn from the server rows only (balanced over the cluster
+    labels, :func:`server_aux_split`); ``mixtures`` are the clients' folded
+    cluster-label proportions. ``settings["split"]`` is ``"natural"``.
+    """
+    if dataset.groups is None:
+        raise ValueError(f"{dataset.name!r} has no natural groups (dataset.groups is None)")
+    cluster, _ = dataset.cluster_labels(label_kind)
+    cluster = np.asarray(cluster, dtype=np.int64)
+    groups = np.asarray(dataset.groups)
+    if groups.shape != cluster.shape or (
+        len(groups) and not np.issubdtype(groups.dtype, np.integer)
+    ):
+        raise ValueError(
+            f"{dataset.name!r}: groups must be one integer per row ({cluster.shape}), "
+            f"got {groups.dtype} {groups.shape}"
+        )
+    groups = groups.astype(np.int64, copy=False)
+    if len(groups) and groups.min() < -1:
+        raise ValueError(f"{dataset.name!r}: group ids must be >= -1, got {int(groups.min())}")
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    num_partitions, new_partitions = int(num_partitions), int(new_partitions)
+    num_components, aux_size, seed = int(num_components), int(aux_size), int(seed)
+    users = np.unique(groups[groups >= 0])
+    wanted = num_partitions + new_partitions
+    if wanted > len(users):
+        raise ValueError(
+            f"{dataset.name!r} has {len(users)} natural clients (users), but num_partitions="
+            f"{num_partitions} + new_partitions={new_partitions} = {wanted} were asked for"
+        )
+    aux = natural_aux(dataset, cluster, aux_size, label_kind, seed)
+    order = np.argsort(groups, kind="stable")
+    starts = np.searchsorted(groups[order], users[:wanted], side="left")
+    ends = np.searchsorted(groups[order], users[:wanted], side="right")
+    clients = [np.sort(order[a:b]).astype(np.int64) for a, b in zip(starts, ends, strict=True)]
+    for pid, (user, rows) in enumerate(zip(users, clients, strict=False)):
+        if len(rows) < 2:
+            raise ValueError(
+                f"user {int(user)} of {dataset.name!r} (client {pid}) has {len(rows)} image(s); "
+                "a client needs >= 2 (a train and a test row)"
+            )
+    splits = [
+        train_test_split_indices(rows, test_fraction, derived_seed(seed, _SPLIT_KEY, pid))
+        for pid, rows in enumerate(clients)
+    ]
+    settings = {
+        "dataset": dataset.name,
+        "split": "natural",
+        "num_rows": len(cluster),
+        "num_cluster_labels": len(np.unique(cluster)),
+        "num_groups": len(users),
+        "num_server_rows": int(np.count_nonzero(groups == -1)),
+        "num_partitions": num_partitions,
+        "aux_size": aux_size,
+        "num_components": num_components,
+        "label_kind": label_kind,
+        "test_fraction": float(test_fraction),
+        "seed": seed,
+        "new_partitions": new_partitions,
+    }
+    return Federation(
+        dataset=dataset,
+        aux_indices=aux,
+        train_indices=[train for train, _ in splits],
+        test_indices=[test for _, test in splits],
+        mixtures=true_mixtures(clients, cluster, num_components),
+        num_train_partitions=num_partitions,
+        settings=settings,
+    )
