@@ -31,7 +31,7 @@ def test_cross_silo_deployment_routes_each_silo_by_its_own_files(tmp_path, ray_t
     run_config = (
         f'method="ripple" client-data="local" aux-data="{paths["aux"]}" aux-size=240 '
         "num-partitions=3 new-clients=1 num-components=4 clients-per-round=3 "
-        "num-server-rounds=2 eval-every=1 batch-size=16 pretrain-bank-size=300 "
+        "num-server-rounds=1 eval-every=1 batch-size=16 pretrain-bank-size=300 "
         "pretrain-steps=100 pretrain-client-size=40 "
         f'results-path="{results}" cache-dir="{cache}" node-wait-timeout=60.0 '
         "round-timeout=120.0"
@@ -52,5 +52,5 @@ def test_cross_silo_deployment_routes_each_silo_by_its_own_files(tmp_path, ray_t
     zs = r["zero_shot"]
     assert zs["names"] == ["silo-d"] and zs["supported"]
     assert np.asarray(zs["weights"]).argmax() == mixture(SILO_COUNTS["silo-d"]).argmax()
-    assert sorted(r["accuracy_per_round"]) == ["1", "2"]
+    assert sorted(r["accuracy_per_round"]) == ["1"]
     assert list((cache / "local-data").glob("*.npz"))  # decoded once per node, then cached
