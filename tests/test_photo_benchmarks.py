@@ -25,6 +25,7 @@ from ripple_flwr.settings import ConfigError
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 P_64 = 3 * 217 * 8 * 8
+RESNET18 = "resnet18-f37072fd.pth"
 
 
 @pytest.fixture(scope="module")
@@ -69,20 +70,6 @@ def office_config(cache_dir, root, results, **over):
     return cfg
 
 
-def test_office_home_with_pretrained_resnet18(photo_root, torch_home, cache_dir, tmp_path):
-    cfg = office_config(cache_dir, photo_root, tmp_path / "oh.json")
-    r = json.loads(run_server(FakeGrid(cfg), cfg).read_text())
-    assert r["federation"]["dataset"] == "office-home"
-    assert r["federation"]["image_shape"] == [3, 224, 224]  # the paper's size
-    assert r["embedding_bytes_per_client"] == P_64 * 4  # embedded at 64x64
-    assert r["pretrained"]["path"] == str(
-        torch_home / "hub" / "checkpoints" / "resnet18-f37072fd.pth"
-    )
-    assert r["pretrained"]["official"] is False  # the test's stand-in, not ImageNet's file
-    assert r["clients"]["partition_ids"] == [0, 1, 2, 3]
-    assert sorted(r["accuracy_per_round"]) == ["1"]
-
-
 def test_pretrained_offline_without_the_file_names_the_path(tmp_path, cache_dir, monkeypatch):
     from ripple_flwr.training import pretrained as module
 
@@ -122,28 +109,44 @@ def test_gldv2_natural_split_with_pretrained_resnet18(photo_root, torch_home, ca
     assert r["zero_shot"]["partition_ids"] == [5]
 
 
-def test_tables_script_runs_gldv2(photo_root, torch_home, tmp_path):
+# Per data set: the tables.py flags that shrink the paper's protocol to the test files.
+TABLES_FLAGS = {
+    "gldv2-23k": ["--clients", "5", "--aux-size", "24", "--set", "pretrain-client-size=10"],
+    "office-home": [
+        "--clients",
+        "4",
+        "--partition-size",
+        "12",
+        "--aux-size",
+        "32",
+        "--set",
+        "pretrain-client-size=12",
+    ],
+}
+FOLDER = {"gldv2-23k": "gldv2", "office-home": "office-home"}
+
+
+@pytest.mark.parametrize("dataset", sorted(TABLES_FLAGS))
+def test_tables_script_runs_the_photo_sets(dataset, photo_root, torch_home, tmp_path):
+    """Table 1's photo columns: tables.py fills in the paper's protocol for the data set."""
     out = tmp_path / "table1"
     cmd = [
         sys.executable,
         str(ROOT / "benchmarks" / "tables.py"),
         "table1",
         "--dataset",
-        "gldv2-23k",
+        dataset,
         "--data-root",
-        str(photo_root / "gldv2"),
+        str(photo_root / FOLDER[dataset]),
         "--methods",
         "ripple-strat-gmm-vae",
         "--rounds",
         "1",
         "--eval-every",
         "1",
-        "--clients",
-        "5",
         "--clients-per-round",
         "2",
-        "--aux-size",
-        "24",
+        *TABLES_FLAGS[dataset],
         "--set",
         "num-components=4",
         "--set",
@@ -153,8 +156,6 @@ def test_tables_script_runs_gldv2(photo_root, torch_home, tmp_path):
         "--set",
         "pretrain-steps=20",
         "--set",
-        "pretrain-client-size=10",
-        "--set",
         f'cache-dir="{tmp_path / "cache"}"',
         "--out",
         str(out),
@@ -163,15 +164,31 @@ def test_tables_script_runs_gldv2(photo_root, torch_home, tmp_path):
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     line = json.loads(done.stdout.strip().splitlines()[-1])
-    assert line["dataset"] == "gldv2-23k" and line["model"] == "resnet18"
+    assert line["dataset"] == dataset and line["model"] == "resnet18"
     results = sorted(out.glob("*.json"))
     assert results, list(out.iterdir())
-    settings = json.loads(results[0].read_text())["settings"]
-    assert settings["pretrained"] is True
+    r = json.loads(results[0].read_text())
+    assert r["settings"]["pretrained"] is True
+    assert r["pretrained"]["path"] == str(torch_home / "hub" / "checkpoints" / RESNET18)
+    assert r["embedding_bytes_per_client"] == P_64 * 4  # embedded at 64x64
+    if dataset == "office-home":  # the preset: Dirichlet over the four domains, 224x224
+        assert r["settings"]["label-kind"] == "domain" and r["settings"]["alpha"] == 0.1
+        assert r["federation"]["image_shape"] == [3, 224, 224]
+
+
+FLWR_RUN = {
+    "office-home": (
+        'label-kind="domain" image-size=64 num-partitions=4 partition-size=12 aux-size=32 ',
+        4,
+        [3, 64, 64],
+    ),
+    "gldv2-23k": ("num-partitions=5 aux-size=24 ", 5, [3, 64, 64]),
+}
 
 
 @pytest.mark.skipif(shutil.which("flwr") is None, reason="flwr CLI not installed")
-def test_flwr_run_office_home(photo_root, tmp_path, ray_tmp):
+@pytest.mark.parametrize("dataset", sorted(FLWR_RUN))
+def test_flwr_run_photo_sets(dataset, photo_root, tmp_path, ray_tmp):
     from conftest import (
         Processes,
         flower_env,
@@ -187,12 +204,11 @@ def test_flwr_run_office_home(photo_root, tmp_path, ray_tmp):
     env = flower_env(home, ray_tmp, TORCH_HOME=str(photo_root / "torch"))
     write_cli_config(home, "sim", port)
     results = tmp_path / "results.json"
+    extra, nodes, shape = FLWR_RUN[dataset]
     run_config = (
-        f'method="fedavg" dataset="office-home" data-root="{photo_root / "office-home"}" '
-        'label-kind="domain" model="resnet18" pretrained=true image-size=64 '
-        "num-partitions=4 partition-size=12 aux-size=32 num-components=4 clients-per-round=2 "
-        "num-server-rounds=1 eval-every=1 batch-size=8 pretrain-bank-size=100 "
-        "pretrain-steps=20 pretrain-client-size=12 "
+        f'method="fedavg" dataset="{dataset}" data-root="{photo_root / FOLDER[dataset]}" '
+        f'model="resnet18" pretrained=true {extra}'
+        "num-components=4 clients-per-round=2 num-server-rounds=1 eval-every=1 batch-size=8 "
         f'results-path="{results}" cache-dir="{tmp_path / "cache"}" node-wait-timeout=60.0 '
         "round-timeout=300.0"
     )
@@ -225,7 +241,7 @@ def test_flwr_run_office_home(photo_root, tmp_path, ray_tmp):
                 "--run-config",
                 run_config,
                 "--federation-config",
-                "num-supernodes=4 client-resources-num-cpus=1",
+                f"num-supernodes={nodes} client-resources-num-cpus=1",
             ],
             env,
             timeout=400,
@@ -237,7 +253,7 @@ def test_flwr_run_office_home(photo_root, tmp_path, ray_tmp):
     finally:
         procs.stop()
     r = json.loads(results.read_text())
-    assert r["federation"]["dataset"] == "office-home"
-    assert r["federation"]["image_shape"] == [3, 64, 64]
+    assert r["federation"]["dataset"] == dataset
+    assert r["federation"]["image_shape"] == shape
     assert r["pretrained"]["official"] is False
-    assert r["clients"]["partition_ids"] == [0, 1, 2, 3]
+    assert r["clients"]["partition_ids"] == list(range(nodes))
