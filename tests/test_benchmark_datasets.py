@@ -23,7 +23,7 @@ from ripple_flwr.data import (
     load_gldv2,
     load_office_home,
 )
-from ripple_flwr.data import gldv2 as gldv2_module
+from ripple_flwr.data import images as images_module
 from ripple_flwr.data import office_home as office_home_module
 from ripple_flwr.data.images import LazyImages
 
@@ -195,10 +195,8 @@ def test_office_home_dataset_pickles(office_parquet):
 
 def test_office_home_image_folder_tree(office_tree, monkeypatch):
     opened = []
-    real = office_home_module.open_image
-    monkeypatch.setattr(
-        office_home_module, "open_image", lambda path: opened.append(path) or real(path)
-    )
+    real = images_module.open_image  # the files' decoder (FileRows) reads through it
+    monkeypatch.setattr(images_module, "open_image", lambda path: opened.append(path) or real(path))
     ds = load_office_home(str(office_tree), size=16)
     # Rows: sorted domains, then sorted classes, then sorted files.
     domain_names, class_names = sorted(DOMAINS), sorted(CLASSES)
@@ -354,8 +352,8 @@ def gld_root(tmp_path_factory) -> Path:
 
 def test_gldv2_rows_labels_and_users(gld_root, monkeypatch):
     opened = []
-    real = gldv2_module.open_image
-    monkeypatch.setattr(gldv2_module, "open_image", lambda p: opened.append(p) or real(p))
+    real = images_module.open_image  # the files' decoder (FileRows) reads through it
+    monkeypatch.setattr(images_module, "open_image", lambda p: opened.append(p) or real(p))
     ds = load_gldv2(str(gld_root))
     n_train = sum(len(v) for v in USERS.values())
     assert ds.name == "gldv2-23k" and ds.class_names == tuple(CLASS_IDS)

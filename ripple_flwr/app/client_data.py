@@ -33,7 +33,7 @@ from ripple_flwr.app.strategies.core.own_data import NAME_LIMIT
 from ripple_flwr.data.base import classes_hash
 from ripple_flwr.data.cache import cached_federation
 from ripple_flwr.data.images import to_unit_float
-from ripple_flwr.data.local import LocalDataError, fingerprint, read_local_images
+from ripple_flwr.data.local import LocalDataError, fingerprint, read_local_images, split_rows
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
@@ -158,10 +158,7 @@ def local_data(
     if split_key in _LOCAL:
         return _LOCAL[split_key]
     images, labels = _decoded(settings, key, path, classes, shape, image_column, label_column)
-    n = len(labels)
-    if n < 2:
-        raise LocalDataError(f"{path}: {n} image(s); a node needs at least 2 (train and test)")
-    train, test = split_local_indices(n, test_fraction, seed)
+    train, test = split_rows(len(labels), test_fraction, seed, path)
     data = ClientData(
         "local",
         to_unit_float(images[train]),
@@ -176,13 +173,6 @@ def local_data(
     _LOCAL.clear()  # one node's data per process at a time (memory)
     _LOCAL[split_key] = data
     return data
-
-
-def split_local_indices(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The node's seeded train/test rows (the same rule as benchmark clients')."""
-    from ripple_flwr.data.partition import train_test_split_indices
-
-    return train_test_split_indices(np.arange(n), test_fraction, seed)
 
 
 def _decoded(
@@ -235,5 +225,4 @@ __all__ = [
     "local_data",
     "node_name",
     "remember_run_data",
-    "split_local_indices",
 ]

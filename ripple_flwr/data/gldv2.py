@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ripple_flwr.data.base import ImageDataset
-from ripple_flwr.data.images import LazyImages, convert_image, open_image
+from ripple_flwr.data.images import FileRows, LazyImages
 from ripple_flwr.data.loaders import default_data_root
 
 GLDV2_SIZE = 64  # the paper's image side
@@ -131,18 +131,6 @@ def _image_paths(root: Path, image_ids: list[str]) -> list[str]:
     return paths
 
 
-class GLDv2Images:
-    """Row ``i`` read from ``paths[i]`` as RGB ``(3, size, size)`` (picklable)."""
-
-    def __init__(self, paths: list[str], size: int):
-        self.paths = paths
-        self.size = int(size)
-
-    def __call__(self, i: int) -> np.ndarray:
-        image = open_image(self.paths[int(i)])
-        return convert_image(image, _CHANNELS, self.size, allow_channel_change=True)
-
-
 def load_gldv2(root: str | None = None, *, size: int = GLDV2_SIZE) -> ImageDataset:
     """GLDv2-23k (or the 160k set) from ``root`` (default ``$RIPPLE_DATA_ROOT/gldv2``).
 
@@ -166,7 +154,7 @@ def load_gldv2(root: str | None = None, *, size: int = GLDV2_SIZE) -> ImageDatas
     paths = _image_paths(directory, image_ids)
     return ImageDataset(
         name=name,
-        images=LazyImages(GLDv2Images(paths, size), len(paths), (_CHANNELS, size, size)),  # type: ignore[arg-type]
+        images=LazyImages(FileRows(paths, size, _CHANNELS), len(paths), (_CHANNELS, size, size)),  # type: ignore[arg-type]
         labels=np.array([class_id[c] for c in classes], dtype=np.int64),
         num_classes=len(class_names),
         groups=groups,

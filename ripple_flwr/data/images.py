@@ -135,3 +135,20 @@ class LazyImages:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         arr = self[:]
         return arr if dtype is None else arr.astype(dtype)
+
+
+class FileRows:
+    """Row ``i`` read from ``paths[i]`` as uint8 ``(channels, size, size)`` (picklable).
+
+    The decoder a :class:`LazyImages` over image files uses (Office-Home's
+    folder tree, GLDv2's JPEGs): a photo of another channel count is converted.
+    """
+
+    def __init__(self, paths: list[str], size: int, channels: int = 3):
+        self.paths = paths
+        self.size = int(size)
+        self.channels = int(channels)
+
+    def __call__(self, i: int) -> np.ndarray:
+        image = open_image(self.paths[int(i)])
+        return convert_image(image, self.channels, self.size, allow_channel_change=True)

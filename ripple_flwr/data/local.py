@@ -328,11 +328,16 @@ def split_local(
     local: LocalImages, test_fraction: float, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """The node's seeded ``(train, test)`` row indices (sorted, disjoint, both non-empty)."""
-    n = len(local.labels)
+    return split_rows(len(local.labels), test_fraction, seed, local.path)
+
+
+def split_rows(
+    n: int, test_fraction: float, seed: int, where: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """``split_local`` for ``n`` rows read from ``where`` (the node's cached arrays)."""
     if n < 2:
         raise LocalDataError(
-            f"{local.path}: {n} image(s); a node needs at least 2 (a train and a test "
-            "image); add images"
+            f"{where}: {n} image(s); a node needs at least 2 (a train and a test image); add images"
         )
     return train_test_split_indices(np.arange(n), test_fraction, seed)
 

@@ -35,7 +35,13 @@ from typing import Any
 import numpy as np
 
 from ripple_flwr.data.base import ImageDataset
-from ripple_flwr.data.images import ImageFormatError, LazyImages, convert_image, open_image
+from ripple_flwr.data.images import (
+    FileRows,
+    ImageFormatError,
+    LazyImages,
+    convert_image,
+    open_image,
+)
 from ripple_flwr.data.loaders import default_data_root
 
 OFFICE_HOME_NAME = "office-home"
@@ -277,18 +283,6 @@ def _find_tree(directory: Path) -> Path | None:
     return nested[0] if len(nested) == 1 else None
 
 
-class FileImages:
-    """Row ``i`` read from ``paths[i]`` (picklable)."""
-
-    def __init__(self, paths: list[str], size: int):
-        self.paths = paths
-        self.size = int(size)
-
-    def __call__(self, i: int) -> np.ndarray:
-        image = open_image(self.paths[int(i)])
-        return convert_image(image, _CHANNELS, self.size, allow_channel_change=True)
-
-
 def _from_tree(tree: Path, size: int) -> ImageDataset:
     per_domain = {d.name: _class_dirs_with_images(d) for d in _visible_dirs(tree)}
     per_domain = {name: classes for name, classes in per_domain.items() if classes}
@@ -305,7 +299,7 @@ def _from_tree(tree: Path, size: int) -> ImageDataset:
             labels += [class_id[class_dir.name]] * len(files)
             domains += [d] * len(files)
     return _dataset(
-        FileImages(paths, size),
+        FileRows(paths, size, _CHANNELS),
         np.array(labels, dtype=np.int64),
         class_names,
         np.array(domains, dtype=np.int64),
