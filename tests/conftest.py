@@ -320,6 +320,61 @@ def run_insecure_deployment(
     return procs
 
 
+def run_simulation(
+    tmp_path: Path,
+    ray_tmp: Path,
+    run_config: str,
+    num_supernodes: int,
+    timeout: float = 300,
+    **env_extra: str,
+) -> None:
+    """``flwr run . sim`` against a local simulation SuperLink; asserts the run ``completed``."""
+    port = free_port()
+    home = tmp_path / "flwr-home"
+    env = flower_env(home, ray_tmp, **env_extra)
+    write_cli_config(home, "sim", port)
+    procs = Processes(tmp_path)
+    try:
+        procs.start(
+            "superlink",
+            [
+                "flower-superlink",
+                "--insecure",
+                "--simulation",
+                "--isolation",
+                "subprocess",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--database",
+                str(tmp_path / "state.db"),
+            ],
+            env,
+        )
+        wait_for_port(port, 60, procs)
+        out = run_flwr(
+            [
+                "run",
+                ".",
+                "sim",
+                "--stream",
+                "--run-config",
+                run_config,
+                "--federation-config",
+                f"num-supernodes={num_supernodes} client-resources-num-cpus=1",
+            ],
+            env,
+            timeout=timeout,
+        )
+        text = out.stdout + out.stderr
+        assert out.returncode == 0, text[-4000:]
+        status = run_status(text, env, "sim")
+        assert status == "finished:completed", f"{status}\n{text[-4000:]}\n{procs.logs()}"
+    finally:
+        procs.stop()
+
+
 def run_status(output: str, env: dict[str, str], federation: str) -> str:
     """The status of the run ``flwr run`` started (it exits 0 even when the run failed)."""
     import json

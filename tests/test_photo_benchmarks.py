@@ -189,20 +189,8 @@ FLWR_RUN = {
 @pytest.mark.skipif(shutil.which("flwr") is None, reason="flwr CLI not installed")
 @pytest.mark.parametrize("dataset", sorted(FLWR_RUN))
 def test_flwr_run_photo_sets(dataset, photo_root, tmp_path, ray_tmp):
-    from conftest import (
-        Processes,
-        flower_env,
-        free_port,
-        run_flwr,
-        run_status,
-        wait_for_port,
-        write_cli_config,
-    )
+    from conftest import run_simulation
 
-    port = free_port()
-    home = tmp_path / "flwr-home"
-    env = flower_env(home, ray_tmp, TORCH_HOME=str(photo_root / "torch"))
-    write_cli_config(home, "sim", port)
     results = tmp_path / "results.json"
     extra, nodes, shape = FLWR_RUN[dataset]
     run_config = (
@@ -212,46 +200,9 @@ def test_flwr_run_photo_sets(dataset, photo_root, tmp_path, ray_tmp):
         f'results-path="{results}" cache-dir="{tmp_path / "cache"}" node-wait-timeout=60.0 '
         "round-timeout=300.0"
     )
-    procs = Processes(tmp_path)
-    try:
-        procs.start(
-            "superlink",
-            [
-                "flower-superlink",
-                "--insecure",
-                "--simulation",
-                "--isolation",
-                "subprocess",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--database",
-                str(tmp_path / "state.db"),
-            ],
-            env,
-        )
-        wait_for_port(port, 60, procs)
-        out = run_flwr(
-            [
-                "run",
-                ".",
-                "sim",
-                "--stream",
-                "--run-config",
-                run_config,
-                "--federation-config",
-                f"num-supernodes={nodes} client-resources-num-cpus=1",
-            ],
-            env,
-            timeout=400,
-        )
-        text = out.stdout + out.stderr
-        assert out.returncode == 0, text[-4000:]
-        status = run_status(text, env, "sim")
-        assert status == "finished:completed", f"{status}\n{text[-4000:]}\n{procs.logs()}"
-    finally:
-        procs.stop()
+    run_simulation(
+        tmp_path, ray_tmp, run_config, nodes, timeout=400, TORCH_HOME=str(photo_root / "torch")
+    )
     r = json.loads(results.read_text())
     assert r["federation"]["dataset"] == dataset
     assert r["federation"]["image_shape"] == shape
