@@ -26,6 +26,7 @@ Router = Literal["gmm-vae", "mean-unmixing"]
 LabelKind = Literal["class", "domain"]
 Refine = Literal["none", "hdb"]
 ClientData = Literal["benchmark", "local"]
+ScoreWeighting = Literal["clients", "examples"]
 SAMPLINGS: tuple[str, ...] = get_args(Sampling)
 ROUTERS: tuple[str, ...] = get_args(Router)
 LABEL_KINDS: tuple[str, ...] = get_args(LabelKind)
@@ -246,6 +247,11 @@ class RunSettings:
     min_cluster_size: int = option(3, "HDBSCAN's smallest cluster, in clients", low=2)
     best_by_loss: bool = option(
         True, "also score every cluster model on new clients (a reference only)"
+    )
+    headline_weighting: ScoreWeighting = option(
+        "clients",
+        "final-accuracy averages clients (each weight 1) | examples (each client weighted by "
+        "its test split, capped at 4x the median)",
     )
     eval_every: int = option(5, "personalised evaluation every this many rounds (and last)", low=1)
     seed: int = option(0, "model initialisation, client sampling, local shuffles", low=0)

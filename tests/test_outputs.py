@@ -59,3 +59,50 @@ def test_run_server_refuses_before_any_work(root, tmp_path):
     with pytest.raises(ConfigError, match="outside the server's output folder"):
         run_server(grid=None, run_config=cfg)  # no grid needed: it stops first
     assert not outside.exists()
+
+
+# -- nothing a user saved is lost (issue 21, finding 7) ------------------------------------------
+def test_a_crashed_runs_resume_file_is_kept(root):
+    (root / "run.resume.npz").write_bytes(b"the crashed run's state")
+    with pytest.raises(ConfigError, match="resume.npz exists already"):
+        confined_results_path(settings(results_path=str(root / "run.json")))
+    # Resuming from it is the run's own business: allowed.
+    path = confined_results_path(
+        settings(results_path=str(root / "run.json"), resume=str(root / "run.resume.npz"))
+    )
+    assert path == root / "run.json"
+
+
+def test_a_results_path_that_is_a_folder_is_refused_before_work(root):
+    (root / "run.json").mkdir()
+    with pytest.raises(ConfigError, match="is a folder"):
+        confined_results_path(settings(results_path=str(root / "run.json"), overwrite_results=True))
+
+
+def test_the_server_never_writes_through_a_link(root, tmp_path):
+    precious = tmp_path / "precious.pt"
+    precious.write_bytes(b"keep me")
+    (root / "run.run.pt").symlink_to(precious)
+    with pytest.raises(ConfigError, match="symbolic link"):
+        confined_results_path(settings(results_path=str(root / "run.json"), overwrite_results=True))
+    assert precious.read_bytes() == b"keep me"
+
+
+@pytest.mark.parametrize("folder", ["/", "/etc", "/usr/lib"])
+def test_an_output_folder_at_a_system_folder_is_refused(monkeypatch, folder):
+    monkeypatch.setenv("RIPPLE_OUTPUT_DIR", folder)
+    with pytest.raises(ConfigError, match="system folder"):
+        confined_results_path(settings())
+
+
+def test_onboard_refuses_an_output_that_is_one_of_its_inputs(tmp_path, capsys):
+    from ripple_flwr.cli.onboard import main
+
+    run, images = tmp_path / "r.run.pt", tmp_path / "client.npy"
+    run.write_bytes(b"saved run")
+    images.write_bytes(b"images")
+    for extra in (["--out", str(run)], ["--json", str(run)], ["--out", str(images)]):
+        assert main([str(run), "--images", str(images), *extra]) == 2
+        err = capsys.readouterr().err
+        assert "write the output elsewhere" in err, err
+    assert run.read_bytes() == b"saved run" and images.read_bytes() == b"images"

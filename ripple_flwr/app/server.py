@@ -210,6 +210,7 @@ RESUME_MAY_CHANGE = (
     "new-clients",
     "alpha-new",
     "best-by-loss",
+    "headline-weighting",
 )
 
 
@@ -355,7 +356,9 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     )
     clients = strategy.clients
     model_bytes = int(sum(v.nbytes for v in state.values()))
-    accuracy = [e["accuracy"]["weighted_mean"] for e in record["evaluations"]]
+    # The headline: each client's accuracy counts once, unless the run asks for example weights.
+    score = "weighted_mean" if settings.headline_weighting == "examples" else "mean"
+    accuracy = [e["accuracy"][score] for e in record["evaluations"]]
     results = {
         "settings": settings.to_dict(),
         "federation": data.record(),
@@ -384,7 +387,8 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
         },
         "saved_run": None if saved_run is None else str(saved_run),
         "num_models": strategy.num_models,
-        "zero_shot_accuracy": (zero_shot.get("accuracy") or {}).get("weighted_mean"),
+        "final_accuracy_weighting": settings.headline_weighting,
+        "zero_shot_accuracy": (zero_shot.get("accuracy") or {}).get(score),
         "train_loss_per_round": {str(r["round"]): r["train_loss"] for r in record["rounds"]},
         "bytes_per_round": {
             str(r["round"]): {"down": r["bytes_down"], "up": r["bytes_up"]}

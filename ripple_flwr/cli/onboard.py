@@ -90,6 +90,24 @@ def load_images(path: Path, image_shape: tuple[int, ...] | None = None) -> np.nd
     return images
 
 
+def check_outputs(args: argparse.Namespace, out: Path) -> None:
+    """Refuse an output that is one of the inputs (or the other output): nothing saved is lost."""
+    inputs = {
+        Path(args.run).expanduser().resolve(): "the saved run",
+        Path(args.images).expanduser().resolve(): "the images",
+    }
+    outputs = [("--out", out.expanduser().resolve())]
+    if args.json:
+        outputs.append(("--json", Path(args.json).expanduser().resolve()))
+    for flag, path in outputs:
+        if path in inputs:
+            raise ValueError(f"{flag} {path} is {inputs[path]}; write the output elsewhere")
+        if path.is_dir():
+            raise ValueError(f"{flag} {path} is a folder; name a file")
+    if len(outputs) == 2 and outputs[0][1] == outputs[1][1]:
+        raise ValueError(f"--out and --json are the same file {out}; give them different names")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
@@ -97,12 +115,13 @@ def main(argv: list[str] | None = None) -> int:
         return int(stop.code or 0)
     try:
         images_path = Path(args.images).expanduser()
+        out = Path(args.out) if args.out else images_path.with_name(f"{images_path.stem}.model.pt")
+        check_outputs(args, out)
         onboarder = Onboarder.from_path(args.run, device=args.device)
         images = load_images(images_path, tuple(onboarder.run.image_shape))
         t0 = time.perf_counter()
         result = onboarder.onboard(images)
         ms = (time.perf_counter() - t0) * 1000.0
-        out = Path(args.out) if args.out else images_path.with_name(f"{images_path.stem}.model.pt")
         written = save_model(out, result, onboarder.run)
         report = {
             "run": str(args.run),

@@ -16,7 +16,21 @@ from ripple_flwr.runs.results import default_results_path
 from ripple_flwr.settings import ConfigError, RunSettings
 
 OUTPUT_DIR_ENV = "RIPPLE_OUTPUT_DIR"
-SIDE_FILES = (".png", ".assignment.png", ".run.pt")  # written beside the results file
+# Written beside the results file; each is kept unless the run says overwrite-results = true.
+SIDE_FILES = (".png", ".assignment.png", ".run.pt", ".resume.npz")
+# Folders an output folder may not be (nor lie in): the filesystem's own.
+SYSTEM_FOLDERS = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib64",
+    "/proc",
+    "/sbin",
+    "/sys",
+    "/usr",
+)
 
 
 def output_root() -> Path:
@@ -32,6 +46,11 @@ def confined_results_path(settings: RunSettings) -> Path:
     the output folder.
     """
     root = output_root()
+    if root == Path(root.anchor) or any(root.is_relative_to(f) for f in SYSTEM_FOLDERS):
+        raise ConfigError(
+            f"{OUTPUT_DIR_ENV}={root} is the filesystem root or a system folder; point it at a "
+            "folder made for this server's results (e.g. /srv/ripple/outputs)"
+        )
     raw = settings.results_path or str(
         default_results_path(settings.method, settings.seed, root=root)
     )
@@ -45,11 +64,26 @@ def confined_results_path(settings: RunSettings) -> Path:
         )
     if path.suffix != ".json":
         raise ConfigError(f"results-path must name a .json file, got {path.name!r}")
-    existing = [p for p in (path, *(path.with_suffix(s) for s in SIDE_FILES)) if p.exists()]
+    raw_path = Path(raw).expanduser().absolute()
+    files = [raw_path, *(raw_path.with_suffix(s) for s in SIDE_FILES)]
+    links = [f for f in files if f.is_symlink()]
+    if links:
+        raise ConfigError(
+            f"{links[0]} is a symbolic link; the server never writes through one (it could "
+            "point anywhere). Remove the link or choose another results-path"
+        )
+    if path.is_dir():
+        raise ConfigError(f"results-path {path} is a folder; name a .json file inside it")
+    resumed = Path(settings.resume).expanduser().resolve() if settings.resume else None
+    existing = [
+        p
+        for p in (path, *(path.with_suffix(s) for s in SIDE_FILES))
+        if p.exists() and p != resumed  # the checkpoint being resumed is the run's own
+    ]
     if existing and not settings.overwrite_results:
         raise ConfigError(
             f"{existing[0]} exists already; choose another results-path, or set "
-            "overwrite-results=true to replace it (and the .png / .assignment.png / .run.pt "
-            "beside it)"
+            "overwrite-results=true to replace it (and the .png / .assignment.png / .run.pt / "
+            ".resume.npz beside it)"
         )
     return path

@@ -96,6 +96,42 @@ def bad_embedding() -> Fault:
     return _on("query", rewrite)
 
 
+MISSING = object()  # set_field's value that deletes the field
+
+
+def set_field(kind: str, record: str, key: str, value: object) -> Fault:
+    """Replies of ``kind`` whose ``record`` (a config or metric record) has ``key`` = ``value``.
+
+    ``value`` may be anything the record type can carry (a string, ``inf``, a
+    list, ...); :data:`MISSING` deletes the key. For the reply fuzz tests.
+    """
+
+    def rewrite(msg: Message, reply: Message) -> Message:
+        content = reply.content
+        if record in content.config_records:
+            old, cls = content.config_records[record], ConfigRecord
+        elif record in content.metric_records:
+            old, cls = content.metric_records[record], MetricRecord
+        else:
+            return reply
+        fields = dict(old)
+        if value is MISSING:
+            fields.pop(key, None)
+        else:
+            fields[key] = value
+        return _replace(reply, msg, **{record: cls(fields)})
+
+    return _on(kind, rewrite)
+
+
+def query_sizes(num_examples: int = 10**12, num_test: int = 10**9) -> Fault:
+    """Query replies that claim enormous training and test splits (to buy weight)."""
+    return combine(
+        set_field("query", "info", "num-examples", int(num_examples)),
+        set_field("query", "info", "num-test-examples", int(num_test)),
+    )
+
+
 def dead_after(server_round: int, error: bool = True) -> Fault:
     """A node that dies after ``server_round``: error replies (as the SuperLink sends) or none."""
 
@@ -127,6 +163,7 @@ FAULTS: dict[str, Callable[[], Fault]] = {
     "inflated-count": lambda: inflated_count(10**12),
     "fake-evaluation": lambda: fake_evaluation(1.0, 10**9),
     "bad-embedding": bad_embedding,
+    "query-sizes": lambda: combine(query_sizes(), inflated_count(10**12), fake_evaluation(1.0)),
     "killed": lambda: dead_after(1, error=True),
 }
 

@@ -17,6 +17,7 @@ from flwr.app import ArrayRecord
 
 from ripple_flwr.aggregation.clustering import State
 from ripple_flwr.app.strategies.core.clustered import ClusterModels
+from ripple_flwr.app.strategies.core.fields import REPLY_ERRORS
 from ripple_flwr.app.strategies.core.replies import Accepted, check_choice
 from ripple_flwr.settings import RunSettings
 
@@ -46,14 +47,14 @@ class IFCA(ClusterModels):
     def check_reply(self, a: Accepted) -> str | None:
         """The reply must name the model it trained (an index in [0, K))."""
         try:
-            check_choice(a.message.content.metric_records["metrics"], self.num_models)
-        except ValueError as err:
+            check_choice(a.metrics, self.num_models)
+        except REPLY_ERRORS as err:
             return str(err)
         return None
 
     @staticmethod
     def choice(a: Accepted) -> int:
-        return int(a.message.content.metric_records["metrics"]["chosen"])
+        return int(a.metrics["chosen"])
 
     def update_origin(self, a: Accepted, sent: State) -> State:
         """A reply's update is measured from the model it says it chose."""

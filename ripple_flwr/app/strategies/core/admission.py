@@ -18,6 +18,14 @@ import numpy as np
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
+from ripple_flwr.app.strategies.core.fields import (
+    REPLY_ERRORS,
+    SIZE_CAP_FACTOR,
+    as_count,
+    as_number,
+    as_text,
+    size_cap,
+)
 from ripple_flwr.app.strategies.core.grid import send_and_receive
 from ripple_flwr.app.strategies.core.own_data import LocalData, assign_local, check_local_info
 from ripple_flwr.runs.results import message_nbytes
@@ -28,6 +36,8 @@ log = logging.getLogger("flwr.ripple")
 QUERY_TYPE = f"{MessageType.QUERY}.embed"
 
 
+MAX_SECONDS = 86_400.0  # a client's reported embedding time: a day at most
+NPY_HEADER_LIMIT = 4096  # bytes of a .npy header beyond the data itself
 MIN_CLIENTS = 1  # below this many usable training clients a run stops with an error
 
 
@@ -138,6 +148,17 @@ class QueryResult:
         self.names += other.names
         self.rejected.update(other.rejected)
 
+    def cap_sizes(self, cap: int) -> list[int]:
+        """Hold every reported size to ``cap`` (a multiple of the median); the rows capped."""
+        capped = [
+            r
+            for r in range(len(self))
+            if self.num_examples[r] > cap or (self.num_test and self.num_test[r] > cap)
+        ]
+        self.num_examples = [min(n, cap) for n in self.num_examples]
+        self.num_test = [min(n, cap) for n in self.num_test]
+        return capped
+
     def known_train(self, row: int) -> int | None:
         """The training split size the client reported once, in the query round."""
         n = self.num_examples[row] if row < len(self.num_examples) else 0
@@ -154,7 +175,15 @@ def validate_summary(record: RecordDict, kind: str, dim: int | None) -> np.ndarr
         return None
     if "summary" not in record.array_records or "phi" not in record.array_records["summary"]:
         raise ValueError(f"reply has no {kind} summary")
-    phi = record.array_records["summary"]["phi"].numpy()
+    array = record.array_records["summary"]["phi"]
+    # Before decoding: the bytes must fit the promised length (a header may claim 2**40 floats).
+    if dim is not None and (
+        tuple(array.shape) != (dim,) or len(array.data) > dim * 8 + NPY_HEADER_LIMIT
+    ):
+        raise ValueError(
+            f"{kind} is declared {tuple(array.shape)} in {len(array.data)} bytes, expected ({dim},)"
+        )
+    phi = array.numpy()
     if phi.ndim != 1 or (dim is not None and phi.shape[0] != dim):
         raise ValueError(f"{kind} has shape {phi.shape}, expected ({dim},)")
     if not np.issubdtype(phi.dtype, np.floating):
@@ -162,6 +191,42 @@ def validate_summary(record: RecordDict, kind: str, dim: int | None) -> np.ndarr
     if not np.all(np.isfinite(phi)):
         raise ValueError(f"{kind} contains NaN or Inf")
     return phi.astype(np.float32, copy=False)
+
+
+def _read_query_reply(
+    msg: Message,
+    nid: int,
+    kind: str,
+    dim: int | None,
+    num_partitions: int,
+    local: LocalData | None,
+) -> tuple[tuple, int, tuple | None]:
+    """One query reply's fields, converted and checked: (row, partition id, local claim).
+
+    Raises one of ``REPLY_ERRORS`` naming the field; never anything else.
+    """
+    info = msg.content.config_records["info"]
+    source = "benchmark" if local is None else "local"
+    got = as_text(info.get("data", "benchmark"), "data", limit=16)
+    if got != source:
+        raise ValueError(f"node uses {got} data, the run {source} data")
+    n_node = as_count(info.get("num-partitions", num_partitions), "num-partitions")
+    if n_node != num_partitions:
+        raise ValueError(f"node has num-partitions={n_node}, run has {num_partitions}")
+    phi = validate_summary(msg.content, kind, dim)
+    row = (
+        nid,
+        as_count(info["num-examples"], "num-examples"),
+        phi,
+        message_nbytes(msg),
+        as_number(info.get("seconds", 0.0), "seconds", low=0.0, high=MAX_SECONDS),
+        as_count(info["num-test-examples"], "num-test-examples"),
+    )
+    if local is not None:
+        name, held_out = check_local_info(info, local)
+        return row, -1, (name, nid, held_out, (*row, name))
+    pid = as_count(info["partition-id"], "partition-id", low=0, high=num_partitions - 1)
+    return (*row, ""), pid, None
 
 
 def query_round(
@@ -201,6 +266,7 @@ def query_round(
     asked = {str(m.metadata.message_id): int(m.metadata.dst_node_id) for m in messages}
     rejected: dict[int, str] = {}
     rows: dict[int, tuple] = {}
+    claims: dict[int, list[tuple]] = {}
     pending: list[tuple[str, int, bool, tuple]] = []
     answered = set()
     source = "benchmark" if local is None else "local"
@@ -217,38 +283,24 @@ def query_round(
             rejected[nid] = f"error in query round: {msg.error.reason}"
             continue
         try:
-            info = msg.content.config_records["info"]
-            got = str(info.get("data", "benchmark"))
-            if got != source:
-                raise ValueError(f"node uses {got} data, the run {source} data")
-            if int(info.get("num-partitions", num_partitions)) != num_partitions:
-                raise ValueError(
-                    f"node has num-partitions={info['num-partitions']}, run has {num_partitions}"
-                )
-            phi = validate_summary(msg.content, kind, dim)
-            row = (
-                nid,
-                int(info.get("num-examples", 0)),
-                phi,
-                message_nbytes(msg),
-                float(info.get("seconds", 0.0)),
-                int(info.get("num-test-examples", 0)),
-            )
-            if local is not None:
-                name, held_out = check_local_info(info, local)
-                pending.append((name, nid, held_out, (*row, name)))
-                continue
-            pid = int(info["partition-id"])
-            if not 0 <= pid < num_partitions:
-                raise ValueError(f"partition-id {pid} outside [0, {num_partitions})")
-            if pid in rows:
-                raise ValueError(f"partition-id {pid} already held by node {rows[pid][0]}")
-            if pid in taken:
-                raise ValueError(f"partition-id {pid} already held by another node of the run")
-        except (KeyError, ValueError, TypeError) as err:
-            rejected[nid] = f"invalid query reply: {err}"
+            row, pid, local_claim = _read_query_reply(msg, nid, kind, dim, num_partitions, local)
+        except REPLY_ERRORS as err:
+            rejected[nid] = f"invalid query reply: {' '.join(str(err).split())}"
             continue
-        rows[pid] = (*row, "")
+        if local_claim is not None:
+            pending.append(local_claim)
+        elif pid in taken:
+            rejected[nid] = f"partition-id {pid} is already held by another node of the run"
+        else:
+            claims.setdefault(pid, []).append(row)
+    for pid, claimants in claims.items():
+        if len(claimants) == 1:
+            rows[pid] = claimants[0]
+            continue
+        # Two nodes claim one partition: neither is trusted with it (first come is not proof).
+        nodes = ", ".join(str(r[0]) for r in claimants)
+        for r in claimants:
+            rejected[r[0]] = f"partition-id {pid} is claimed by several nodes ({nodes})"
     if local is not None:
         assign_local(rows, pending, local, num_partitions, taken, rejected)
     for nid in node_ids:
@@ -304,6 +356,8 @@ class ClientRoster:
         self.joined: list[dict[str, Any]] = []
         self.query_seconds = 0.0
         self.query_records: dict[str, Any] = {}  # sent with every query (public DP mechanism)
+        self.size_cap = 0  # the most examples any client is weighted by (0: not yet known)
+        self.capped: dict[int, int] = {}  # partition -> the size it claimed, when capped
         self.local: LocalData | None = None  # set when the nodes bring their own data
 
     def prepare(self, grid: Grid) -> QueryResult:
@@ -334,6 +388,8 @@ class ClientRoster:
         )
         self.query_seconds = time.perf_counter() - t0
         self.known_nodes.update(int(n) for n in node_ids)
+        self.size_cap = size_cap(everyone.num_examples)
+        self._cap(everyone)
         clients, new = split_new(everyone, s.num_partitions)
         clients.rejected = everyone.rejected
         self.new_clients = new
@@ -388,6 +444,7 @@ class ClientRoster:
             local=self.local,
         )
         self.known_nodes.update(fresh)
+        self._cap(result)  # a late joiner is held to the cap the first round set
         train, new = split_new(result, s.num_partitions)
         self.clients.rejected.update(result.rejected)
         if len(new):
@@ -412,6 +469,19 @@ class ClientRoster:
         )
         return train if len(train) else None
 
+    def _cap(self, result: QueryResult) -> None:
+        claimed = {r: (result.num_examples[r], result.num_test[r]) for r in range(len(result))}
+        for row in result.cap_sizes(self.size_cap):
+            pid = result.partition_ids[row]
+            self.capped[pid] = max(claimed[row])
+            log.warning(
+                "partition %d reported %s examples; it is weighted as %d (%.0fx the median)",
+                pid,
+                "/".join(str(v) for v in claimed[row]),
+                self.size_cap,
+                SIZE_CAP_FACTOR,
+            )
+
     def to_dict(self) -> dict[str, Any]:
         """The roster as plain data (for a server checkpoint)."""
         return {
@@ -420,6 +490,7 @@ class ClientRoster:
             "known_nodes": sorted(self.known_nodes),
             "joined": self.joined,
             "query_seconds": self.query_seconds,
+            "size_cap": self.size_cap,
         }
 
     def restore(self, saved: dict[str, Any], node_of: dict[int, int]) -> None:
@@ -440,6 +511,7 @@ class ClientRoster:
             return q
 
         self.clients = result(saved["clients"])
+        self.size_cap = int(saved.get("size_cap") or size_cap(self.clients.num_examples))
         self.known_nodes |= {int(n) for n in saved["known_nodes"]}
         self.joined = list(saved["joined"])
 
@@ -452,4 +524,6 @@ class ClientRoster:
             "data_sources": list(c.sources) if c else [],
             "names": list(c.names) if c else [],
             "left_out": {str(n): r for n, r in (c.rejected.items() if c else [])},
+            "size_cap": self.size_cap,
+            "sizes_capped": {str(p): n for p, n in sorted(self.capped.items())},
         }

@@ -108,11 +108,10 @@ class GlobalModel(ServerModels):
         it can only make the client's count larger, never raise a false alarm.)
         """
         for a in accepted:
-            metrics = a.message.content.metric_records.get("metrics")
-            if metrics is None or "state-trained" not in metrics:
+            if "state-trained" not in a.metrics:
                 continue
             before = self.trained_count.get(a.row, 0)
-            seen = int(metrics["state-trained"])
+            seen = int(a.metrics["state-trained"])
             if seen < before:
                 pid = self.clients.partition_ids[a.row]
                 log.warning(

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ripple_flwr.app.strategies.core.fields import as_count, as_flag, as_text
+
 NAME_LIMIT = 64  # characters of a node's name (the results file's label for it)
 
 
@@ -24,19 +26,20 @@ class LocalData:
 
 def check_local_info(info: Any, local: LocalData) -> tuple[str, bool]:
     """A local node's name and held-out flag, after checking its classes and shape."""
-    got = str(info.get("classes-hash", ""))
+    got = as_text(info.get("classes-hash", ""), "classes-hash", limit=64)
     if got != local.classes_hash:
         raise ValueError(
             f"node mapped its labels through another class list (hash {got!r}, the run's "
             f"{local.classes_hash!r})"
         )
-    shape = tuple(int(v) for v in info.get("image-shape", []))
+    raw_shape = info.get("image-shape", [])
+    if not isinstance(raw_shape, list) or len(raw_shape) != 3:
+        raise ValueError(f"image-shape must be three integers, got {raw_shape!r}"[:120])
+    shape = tuple(as_count(v, "image-shape", high=1 << 16) for v in raw_shape)
     if shape != tuple(local.image_shape):
         raise ValueError(f"node's images are {shape}, the run's {tuple(local.image_shape)}")
-    name = str(info.get("name", ""))
-    if len(name) > NAME_LIMIT or not name.isprintable():
-        raise ValueError(f"node name must be at most {NAME_LIMIT} printable characters")
-    return name, bool(info.get("held-out", False))
+    name = as_text(info.get("name", ""), "name", limit=NAME_LIMIT)
+    return name, as_flag(info.get("held-out", False), "held-out")
 
 
 def assign_local(

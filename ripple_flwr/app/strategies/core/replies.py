@@ -8,20 +8,21 @@ client named and the reason recorded.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from flwr.app import Message
+from flwr.app import Message, MetricRecord
 
 from ripple_flwr.app.records import record_to_state
 from ripple_flwr.app.strategies.core.accounting import ClientScore, Dropped
+from ripple_flwr.app.strategies.core.fields import REPLY_ERRORS, as_count, as_number
 
 log = logging.getLogger("flwr.ripple")
 
 Reference = dict[str, tuple[tuple[int, ...], np.dtype]]
+MAX_LOSS = 1e6  # a cross-entropy beyond this is no loss an honest client reports
 
 
 def state_reference(state: dict[str, np.ndarray]) -> Reference:
@@ -63,11 +64,30 @@ def validate_train_reply(
     metrics = content.metric_records.get("metrics")
     if metrics is None or "num-examples" not in metrics:
         raise ValueError("reply has no 'metrics' record with num-examples")
-    n = metrics["num-examples"]
-    if isinstance(n, list) or not n > 0:
-        raise ValueError(f"num-examples must be a positive number, got {n!r}")
-    loss = float(metrics.get("train_loss", math.nan))
-    return state, int(n), loss
+    n = as_count(metrics["num-examples"], "num-examples")
+    loss = as_number(metrics["train_loss"], "train_loss", low=0.0, high=MAX_LOSS)
+    return state, n, loss
+
+
+# Optional training-reply metrics a method may read, with their bounds (validated when present).
+OPTIONAL_TRAIN_METRICS = {"chosen": 1 << 20, "state-trained": 1 << 40}
+
+
+def train_metrics(msg: Message, n: int, loss: float) -> dict[str, int | float]:
+    """The reply's metrics as the server keeps them: checked, and nothing else.
+
+    The message's own record is replaced by ``num-examples`` and ``train_loss``
+    alone (what Flower's aggregation reads: an extra or missing key in one
+    reply must not break it); the optional keys a method reads (IFCA's
+    ``chosen``, the stateful rules' ``state-trained``) are kept beside it.
+    """
+    metrics = msg.content.metric_records["metrics"]
+    kept: dict[str, int | float] = {"num-examples": n, "train_loss": loss}
+    for key, high in OPTIONAL_TRAIN_METRICS.items():
+        if key in metrics:
+            kept[key] = as_count(metrics[key], key, low=0, high=high)
+    msg.content["metrics"] = MetricRecord({"num-examples": n, "train_loss": loss})
+    return kept
 
 
 # -- extra records a method declares (SCAFFOLD's control delta) -------------------------------
@@ -124,6 +144,8 @@ class Accepted:
     message: Message
     # Extra ArrayRecords a method declared (SCAFFOLD's control delta), validated like the model.
     extras: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    # The reply's metrics, converted and checked (train_metrics): what methods read.
+    metrics: dict[str, int | float] = field(default_factory=dict)
 
 
 def match_replies(
@@ -183,11 +205,12 @@ def check_train_replies(
         try:
             state, n, loss = validate_train_reply(msg, reference)
             extras = validate_extra_records(msg, extra_references or {})
-        except ValueError as err:
+            metrics = train_metrics(msg, n, loss)
+        except REPLY_ERRORS as err:
             log.warning("round %d: dropped reply of partition %d: %s", server_round, pid, err)
             dropped.append(Dropped(pid, str(err)))
             continue
-        accepted.append(Accepted(row, state, n, loss, msg, extras))
+        accepted.append(Accepted(row, state, n, loss, msg, extras, metrics))
     # Replies arrive in any order; apply them in row order so a seed gives one result.
     accepted.sort(key=lambda a: a.row)
     dropped.sort(key=lambda d: d.partition)
@@ -201,14 +224,10 @@ def check_score(metrics: Any, known: int | None) -> tuple[float, float, int]:
     the query round), never the client's claim; the accuracy must be a share
     of that many examples.
     """
-    acc, loss, n = float(metrics["accuracy"]), float(metrics["loss"]), int(metrics["num-examples"])
-    if not (math.isfinite(acc) and 0.0 <= acc <= 1.0):
-        raise ValueError(f"accuracy {acc!r} is not in [0, 1]")
-    if not math.isfinite(loss):
-        raise ValueError(f"loss {loss!r} is not finite")
+    acc = as_number(metrics["accuracy"], "accuracy", low=0.0, high=1.0)
+    loss = as_number(metrics["loss"], "loss", low=0.0, high=MAX_LOSS)
+    n = as_count(metrics["num-examples"], "num-examples")
     if known is None:
-        if not n > 0:
-            raise ValueError(f"num-examples must be positive, got {n}")
         return acc, loss, n
     correct = acc * known
     if abs(correct - round(correct)) > 1e-6 * max(1, known):
@@ -264,8 +283,8 @@ def collect_evaluations(
             acc, loss, n = check_score(metrics, known)
             count = (num_candidates or {}).get(row, 1)
             chosen = check_choice(metrics, count) if count > 1 else None
-        except (KeyError, ValueError, TypeError) as err:
-            failed.append(Dropped(pid, str(err)))
+        except REPLY_ERRORS as err:
+            failed.append(Dropped(pid, " ".join(str(err).split())))
             continue
         per_client.append(ClientScore(pid, acc, loss, n, chosen))
     per_client.sort(key=lambda c: c.partition)
