@@ -168,7 +168,10 @@ class RunSettings:
         "", 'the run\'s classes, comma-separated ("" = the class folders of aux-data / dataset)'
     )
     image_size: int = option(
-        0, "side every image is resized to (0 = the data's own size; must then be uniform)", low=0
+        0,
+        "side every image is resized to (0 = the data's own size; must then be uniform)",
+        low=0,
+        high=4096,
     )
     channels: int = option(0, "image channels: 1 or 3 (0 = the data's own)", low=0, high=3)
     embed_size: int = option(
@@ -176,23 +179,30 @@ class RunSettings:
         "side images are resized to before the WST (0 = the dataset's: 64 for office-home and "
         "gldv2-23k, else the image size)",
         low=0,
+        high=1024,
     )
     image_column: str = option("image", "image column of a Hugging Face dataset")
     label_column: str = option("label", "label column of a Hugging Face dataset")
     label_kind: LabelKind = option(
         "class", "clusters follow the class, or the domain (rotated-* datasets)"
     )
-    num_partitions: int = option(20, "training clients", low=1)
-    new_clients: int = option(0, "held-out clients onboarded zero-shot after training", low=0)
+    num_partitions: int = option(20, "training clients", low=1, high=1_000_000)
+    new_clients: int = option(
+        0, "held-out clients onboarded zero-shot after training", low=0, high=1_000_000
+    )
     alpha_new: float = option(
         1.0, "Dirichlet concentration of the new clients (alpha_test)", low=0, low_open=True
     )
-    partition_size: int = option(200, "images per client (train + test)", low=2)
+    partition_size: int = option(200, "images per client (train + test)", low=2, high=10_000_000)
     alpha: float = option(
         0.1, "Dirichlet concentration of the client mixtures", low=0, low_open=True
     )
-    aux_size: int = option(1000, "the server's labelled auxiliary set D_aux", low=1)
-    data_seed: int = option(0, "seed of D_aux, the partitions and the splits", low=0)
+    aux_size: int = option(
+        1000, "the server's labelled auxiliary set D_aux", low=1, high=10_000_000
+    )
+    data_seed: int = option(
+        0, "seed of D_aux, the partitions and the splits", low=0, high=2**32 - 1
+    )
     test_fraction: float = option(
         0.2,
         "share of each client's images held out for its evaluation",
@@ -201,10 +211,10 @@ class RunSettings:
         low_open=True,
         high_open=True,
     )
-    num_components: int = option(10, "K, the number of clusters", low=2)
-    J: int = option(3, "scattering scales", low=1)
-    L: int = option(8, "scattering orientations", low=1)
-    svd_rank: int = option(20, "principal components in the prototype", low=0)
+    num_components: int = option(10, "K, the number of clusters", low=2, high=100)
+    J: int = option(3, "scattering scales", low=1, high=8)
+    L: int = option(8, "scattering orientations", low=1, high=32)
+    svd_rank: int = option(20, "principal components in the prototype", low=0, high=1000)
     explained_variance: float = option(
         0.0, "> 0: pick the rank by explained variance instead (0 = svd-rank)", low=0, high=1
     )
@@ -215,12 +225,12 @@ class RunSettings:
     pretrained_weights: str = option(
         "", 'file of those weights ("" = $TORCH_HOME/hub/checkpoints/resnet18-f37072fd.pth)'
     )
-    num_server_rounds: int = option(40, "federated rounds", low=1)
-    clients_per_round: int = option(10, "clients trained each round", low=1)
-    local_epochs: int = option(1, "local epochs per round", low=1)
+    num_server_rounds: int = option(40, "federated rounds", low=1, high=1_000_000)
+    clients_per_round: int = option(10, "clients trained each round", low=1, high=1_000_000)
+    local_epochs: int = option(1, "local epochs per round", low=1, high=1000)
     lr: float = option(0.01, "client SGD learning rate", low=0, low_open=True)
     momentum: float = option(0.9, "client SGD momentum", low=0, high=1, high_open=True)
-    batch_size: int = option(32, "client batch size", low=1)
+    batch_size: int = option(32, "client batch size", low=1, high=65_536)
     server_lr: float = option(
         1.0, "eta_s: the server's step (Ripple's eq. 9, SCAFFOLD, FedAvgM)", low=0, low_open=True
     )
@@ -241,10 +251,12 @@ class RunSettings:
         0.0, "drop a reply whose update norm is above this (0 = off)", low=0
     )
     max_failures: int = option(
-        3, "rounds a client may fail in a row before it is not sampled", low=1
+        3, "rounds a client may fail in a row before it is not sampled", low=1, high=1_000_000
     )
     refine: Refine = option("none", "none (K clusters) | hdb (Ripple-HDB: K_hat by HDBSCAN)")
-    min_cluster_size: int = option(3, "HDBSCAN's smallest cluster, in clients", low=2)
+    min_cluster_size: int = option(
+        3, "HDBSCAN's smallest cluster, in clients", low=2, high=1_000_000
+    )
     best_by_loss: bool = option(
         True, "also score every cluster model on new clients (a reference only)"
     )
@@ -253,13 +265,21 @@ class RunSettings:
         "final-accuracy averages clients (each weight 1) | examples (each client weighted by "
         "its test split, capped at 4x the median)",
     )
-    eval_every: int = option(5, "personalised evaluation every this many rounds (and last)", low=1)
-    seed: int = option(0, "model initialisation, client sampling, local shuffles", low=0)
+    eval_every: int = option(
+        5, "personalised evaluation every this many rounds (and last)", low=1, high=1_000_000
+    )
+    seed: int = option(
+        0, "model initialisation, client sampling, local shuffles", low=0, high=2**32 - 1
+    )
     checkpoint: str = option("", 'GMM-VAE checkpoint; "" = pre-train one (cached on disk)')
-    pretrain_bank_size: int = option(2000, "synthetic clients when pre-training here", low=1)
-    pretrain_steps: int = option(1500, "GMM-VAE optimiser steps when pre-training here", low=1)
+    pretrain_bank_size: int = option(
+        2000, "synthetic clients when pre-training here", low=1, high=1_000_000
+    )
+    pretrain_steps: int = option(
+        1500, "GMM-VAE optimiser steps when pre-training here", low=1, high=10_000_000
+    )
     pretrain_client_size: int = option(
-        0, "images per synthetic client (0 = partition-size; else >= 2)", low=0
+        0, "images per synthetic client (0 = partition-size; else >= 2)", low=0, high=10_000_000
     )
     results_path: str = option(
         "", 'results JSON inside $RIPPLE_OUTPUT_DIR (default ./outputs); "" = a fresh name'
@@ -268,7 +288,10 @@ class RunSettings:
         False, "replace an existing results file (and its .png / .run.pt)"
     )
     checkpoint_every: int = option(
-        0, "save the server state (<results>.resume.npz) every N rounds (0 = off)", low=0
+        0,
+        "save the server state (<results>.resume.npz) every N rounds (0 = off)",
+        low=0,
+        high=1_000_000,
     )
     resume: str = option("", "continue a run from its <results>.resume.npz")
     node_wait_timeout: float = option(
@@ -277,7 +300,9 @@ class RunSettings:
     round_timeout: float = option(
         600.0, "seconds to wait for the replies of one round", low=0, low_open=True, finite=False
     )
-    client_threads: int = option(1, "torch threads per client process (0 = torch's default)", low=0)
+    client_threads: int = option(
+        1, "torch threads per client process (0 = torch's default)", low=0, high=1024
+    )
     cache_dir: str = option("", '"" = $RIPPLE_CACHE_DIR or ~/.cache/ripple-flwr')
     options: Mapping[str, Any] = field(default_factory=dict, compare=True)
     """Method options by dashed key (declared by the methods' strategy files)."""

@@ -43,7 +43,7 @@ def test_parse_types_and_derived_values():
         ({"sampling": "random"}, "sampling"),
         ({"router": "knn"}, "router"),
         ({"model": "vgg"}, "model"),
-        ({"num-components": 1}, r"num-components must be >= 2"),
+        ({"num-components": 1}, r"num-components must be in \[2, 100\]"),
         ({"alpha": 0.0}, "alpha"),
         ({"test-fraction": 1.0}, "test-fraction"),
         ({"explained-variance": 1.5}, "explained-variance"),
@@ -77,3 +77,18 @@ def test_checkpoint_settings_mismatch_is_a_config_error(tiny_checkpoint, tmp_pat
         resolve_checkpoint(
             RunSettings(num_components=4, J=2, checkpoint=str(tiny_checkpoint)), (1, 28, 28)
         )
+
+
+def test_every_integer_option_has_a_sanity_bound_checked_before_work():
+    """No integer a run config sets can ask for unbounded memory or time (issue 21, 11)."""
+    from ripple_flwr.app import registry
+    from ripple_flwr.app.run_config import parse_run_config
+    from ripple_flwr.settings import ConfigError
+
+    options = [*RunSettings.fields_as_options(), *registry.all_options()]
+    ints = [o for o in options if o.type is int]
+    assert ints
+    for o in ints:
+        assert o.high is not None, f"{o.key} has no upper bound"
+        with pytest.raises(ConfigError, match=o.key):
+            parse_run_config({o.key: int(o.high) + 1})

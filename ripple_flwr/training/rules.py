@@ -494,7 +494,12 @@ PFEDME_LAMBDA = Option(
     "pfedme-lambda", float, 15.0, "pFedMe: Moreau-envelope lambda (paper)", low=0, low_open=True
 )
 PFEDME_INNER_STEPS = Option(
-    "pfedme-inner-steps", int, 5, "pFedMe: K inner steps for the personal model (paper)", low=1
+    "pfedme-inner-steps",
+    int,
+    5,
+    "pFedMe: K inner steps for the personal model (paper)",
+    low=1,
+    high=1000,
 )
 PFEDME_PERSONAL_LR = Option(
     "pfedme-personal-lr",

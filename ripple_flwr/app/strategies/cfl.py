@@ -30,7 +30,9 @@ from ripple_flwr.app.strategies.core.clustered import ClusterModels
 from ripple_flwr.app.strategies.core.replies import Accepted
 from ripple_flwr.settings import Option, RunSettings
 
-CFL_WARMUP = Option("cfl-warmup", int, 60, "CFL: first round a cluster may be split", low=1)
+CFL_WARMUP = Option(
+    "cfl-warmup", int, 60, "CFL: first round a cluster may be split", low=1, high=1_000_000
+)
 CFL_EPS1 = Option(
     "cfl-eps1",
     float,
@@ -48,7 +50,7 @@ CFL_EPS2 = Option(
     low_open=True,
 )
 CFL_MAX_CLUSTERS = Option(
-    "cfl-max-clusters", int, 10, "CFL: at most this many clusters (paper: 10)", low=1
+    "cfl-max-clusters", int, 10, "CFL: at most this many clusters (paper: 10)", low=1, high=100
 )
 
 log = logging.getLogger("flwr.ripple")

@@ -13,7 +13,7 @@ from ripple_flwr.app.strategies.core.flower import FlowerModel
 from ripple_flwr.settings import ConfigError, Option, RunSettings
 
 KRUM_MALICIOUS = Option(
-    "krum-malicious", int, 1, "Krum: malicious clients assumed per round", low=0
+    "krum-malicious", int, 1, "Krum: malicious clients assumed per round", low=0, high=100_000
 )
 
 
