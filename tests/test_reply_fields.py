@@ -50,6 +50,8 @@ ACCEPTED = {
     ("query", "info", "num-partitions"): {"missing"},
     ("query", "info", "seconds"): {"missing"},
     ("query", "info", "data"): {"missing"},
+    ("query", "info", "num-test-examples"): {"missing"},
+    ("query", "info", "num-examples"): {"missing"},
     # A key the server does not read is dropped from the reply, whatever its value.
     ("train", "metrics", "bogus"): set(VALUES),
     ("evaluate", "metrics", "bogus"): set(VALUES),

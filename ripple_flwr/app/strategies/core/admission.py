@@ -216,11 +216,12 @@ def _read_query_reply(
     phi = validate_summary(msg.content, kind, dim)
     row = (
         nid,
-        as_count(info["num-examples"], "num-examples"),
+        as_count(info.get("num-examples", 0), "num-examples", low=0),  # 0: not reported
         phi,
         message_nbytes(msg),
         as_number(info.get("seconds", 0.0), "seconds", low=0.0, high=MAX_SECONDS),
-        as_count(info["num-test-examples"], "num-test-examples"),
+        # Optional (0: not reported; the evaluation's own count is then used, within bounds).
+        as_count(info.get("num-test-examples", 0), "num-test-examples", low=0),
     )
     if local is not None:
         name, held_out = check_local_info(info, local)
