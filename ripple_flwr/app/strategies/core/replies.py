@@ -17,11 +17,17 @@ from flwr.app import Message, MetricRecord
 
 from ripple_flwr.app.records import record_to_state
 from ripple_flwr.app.strategies.core.accounting import ClientScore, Dropped
-from ripple_flwr.app.strategies.core.fields import REPLY_ERRORS, as_count, as_number
+from ripple_flwr.app.strategies.core.fields import (
+    MAX_CLIENT_EXAMPLES,
+    REPLY_ERRORS,
+    as_count,
+    as_number,
+)
 
 log = logging.getLogger("flwr.ripple")
 
 Reference = dict[str, tuple[tuple[int, ...], np.dtype]]
+CLAIM_LIMIT = 2**63 - 1  # a count the server replaces by the client's known split size
 MAX_LOSS = 1e6  # a cross-entropy beyond this is no loss an honest client reports
 
 
@@ -64,7 +70,8 @@ def validate_train_reply(
     metrics = content.metric_records.get("metrics")
     if metrics is None or "num-examples" not in metrics:
         raise ValueError("reply has no 'metrics' record with num-examples")
-    n = as_count(metrics["num-examples"], "num-examples")
+    # Any positive integer: the server holds it to the split size from the query round anyway.
+    n = as_count(metrics["num-examples"], "num-examples", high=CLAIM_LIMIT)
     loss = as_number(metrics["train_loss"], "train_loss", low=0.0, high=MAX_LOSS)
     return state, n, loss
 
@@ -226,8 +233,9 @@ def check_score(metrics: Any, known: int | None) -> tuple[float, float, int]:
     """
     acc = as_number(metrics["accuracy"], "accuracy", low=0.0, high=1.0)
     loss = as_number(metrics["loss"], "loss", low=0.0, high=MAX_LOSS)
-    n = as_count(metrics["num-examples"], "num-examples")
+    n = as_count(metrics["num-examples"], "num-examples", high=CLAIM_LIMIT)
     if known is None:
+        n = min(n, MAX_CLIENT_EXAMPLES)
         return acc, loss, n
     correct = acc * known
     if abs(correct - round(correct)) > 1e-6 * max(1, known):
