@@ -52,6 +52,12 @@ ACCEPTED = {
     ("query", "info", "data"): {"missing"},
     ("query", "info", "num-test-examples"): {"missing"},
     ("query", "info", "num-examples"): {"missing"},
+    # Counts the server replaces by the query round's sizes: any positive integer passes.
+    ("train", "metrics", "num-examples"): {"huge"},
+    ("evaluate", "metrics", "num-examples"): {"huge"},
+    # A loss is any finite number within [-1e6, 1e6] (the server does not assume its kind).
+    ("train", "metrics", "train_loss"): {"negative"},
+    ("evaluate", "metrics", "loss"): {"negative"},
     # A key the server does not read is dropped from the reply, whatever its value.
     ("train", "metrics", "bogus"): set(VALUES),
     ("evaluate", "metrics", "bogus"): set(VALUES),

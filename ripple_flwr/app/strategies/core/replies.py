@@ -72,7 +72,7 @@ def validate_train_reply(
         raise ValueError("reply has no 'metrics' record with num-examples")
     # Any positive integer: the server holds it to the split size from the query round anyway.
     n = as_count(metrics["num-examples"], "num-examples", high=CLAIM_LIMIT)
-    loss = as_number(metrics["train_loss"], "train_loss", low=0.0, high=MAX_LOSS)
+    loss = as_number(metrics["train_loss"], "train_loss", low=-MAX_LOSS, high=MAX_LOSS)
     return state, n, loss
 
 
@@ -232,7 +232,7 @@ def check_score(metrics: Any, known: int | None) -> tuple[float, float, int]:
     of that many examples.
     """
     acc = as_number(metrics["accuracy"], "accuracy", low=0.0, high=1.0)
-    loss = as_number(metrics["loss"], "loss", low=0.0, high=MAX_LOSS)
+    loss = as_number(metrics["loss"], "loss", low=-MAX_LOSS, high=MAX_LOSS)
     n = as_count(metrics["num-examples"], "num-examples", high=CLAIM_LIMIT)
     if known is None:
         n = min(n, MAX_CLIENT_EXAMPLES)
