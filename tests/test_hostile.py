@@ -68,6 +68,29 @@ def test_huge_updates_are_dropped_and_named_models_stay_sane(
     assert abs(res["final_accuracy"] - clean_res["final_accuracy"]) < 0.15
 
 
+@pytest.mark.parametrize("name", ["doubled-weights", "growing-weights"])
+@pytest.mark.parametrize("culprits", [(BAD,), (1, 4, 7)], ids=["alone", "3-of-10"])
+def test_rescaling_below_the_models_norm_is_dropped_alone_or_colluding(
+    name, culprits, cache_dir, tmp_path
+):
+    # 1.99 x (1.05 x) the trained model: an update of 0.99 (0.05) of the model's norm, which
+    # the old floor let through every round (FedAvg's norm 6.5 -> 21.9 in 8 rounds).
+    over = {"num-partitions": 10, "clients-per-round": 10, "num-server-rounds": 4}
+    cfg = tiny_run_config(cache_dir, method="fedavg", sampling="uniform", **over)
+    results = {}
+    for case, bad in (("clean", {}), (name, {p: faults.FAULTS[name]() for p in culprits})):
+        cfg["results-path"] = str(tmp_path / f"{case}.json")
+        path = run_server(FakeGrid(cfg, faults=bad), cfg)
+        results[case] = json.loads(path.read_text()), model_norm(path)
+    res, norm = results[name]
+    clean_res, clean_norm = results["clean"]
+    for r in res["rounds"]:
+        assert sorted(d["partition"] for d in r["dropped"]) == sorted(culprits)
+        assert all(d["reason"].startswith(("update norm", "it grows")) for d in r["dropped"])
+    assert norm == pytest.approx(clean_norm, rel=0.02)
+    assert not any(r["dropped"] for r in clean_res["rounds"])  # no honest client is blamed
+
+
 def test_huge_updates_never_reach_ripples_cluster_models(cache_dir):
     from ripple_flwr.app.records import state_to_record
     from ripple_flwr.app.run_config import parse_run_config

@@ -8,12 +8,15 @@ import numpy as np
 import pytest
 
 from ripple_flwr.aggregation.robust import (
+    RESCALE_FLOOR,
     low_median,
     out_of_bound,
+    out_of_rescale,
     state_norm,
     unsafe_stacked_steps,
     unsafe_step,
     update_norm,
+    update_stats,
 )
 
 
@@ -47,13 +50,14 @@ def test_out_of_bound_names_the_reason():
     assert out_of_bound([float("nan"), 1.0]) == ["update norm is not finite", None]
 
 
-def test_an_update_smaller_than_its_model_is_never_out_of_proportion():
+def test_an_update_below_half_its_model_is_never_out_of_proportion():
     # Non-IID rounds: most clients barely move their model (0.002), one moves it by a tenth of
-    # its norm (0.7 of 6.4): 350 x the median, yet honest. Above the model's own norm: out.
-    norms = [0.002, 0.001, 0.003, 0.7, 20.0]
+    # its norm (0.7 of 6.4): 350 x the median, yet honest. Above half the model's norm: out
+    # (a client returning 1.6 x its model moves it by 0.6 of its norm).
+    norms = [0.002, 0.001, 0.003, 0.7, 3.9]
     reasons = out_of_bound(norms, factor=10.0, model_norms=[6.4] * 5)
     assert reasons[:4] == [None] * 4
-    assert "above the norm 6.4 of the model it was sent" in reasons[4]
+    assert "above 0.5 x the norm 6.4 of the model it was sent" in reasons[4]
     assert out_of_bound(norms, factor=10.0)[3] is not None  # without the floor: dropped
     with pytest.raises(ValueError, match="5 update norms but 2 model norms"):
         out_of_bound(norms, model_norms=[1.0, 1.0])
@@ -63,6 +67,36 @@ def test_history_bounds_a_lonely_reply():
     assert out_of_bound([1e6]) == [None]  # nothing to compare with
     # the low median of {2, 3, 1e6} is 3
     assert "median 3 " in out_of_bound([1e6], history=[2.0, 3.0])[0]
+
+
+def test_update_stats_by_hand():
+    sent = {"w": np.array([3.0, 4.0], np.float32), "n": np.array(1, np.int64)}
+    back = {"w": np.array([6.0, 8.0], np.float32), "n": np.array(9, np.int64)}  # 2 x the model
+    norm, dot = update_stats(sent, back)
+    assert norm == 5.0 and dot == 25.0  # rho = 25 / ||sent||^2 = 1: it doubles the model
+    huge = {"w": np.array([3e38, 3e38], np.float32), "n": np.array(1, np.int64)}
+    norm, dot = update_stats(sent, huge)
+    assert math.isfinite(norm) and dot == pytest.approx(7 * 3e38, rel=1e-6)  # float64, no inf
+
+
+def test_out_of_rescale_holds_rho_to_the_honest_median():
+    honest = [0.002, -0.001, 0.003, 0.0015, 0.004]
+    assert out_of_rescale(honest) == [None] * 5
+    # 1.99 x the model: rho 0.99; 0.01 x the model: rho -0.99; both named, honest kept.
+    reasons = out_of_rescale([*honest, 0.99, -0.99])
+    assert reasons[:5] == [None] * 5
+    assert "grows the model it was sent by 0.99" in reasons[5]
+    assert "shrinks the model it was sent by 0.99" in reasons[6]
+    # 3 of 10 colluding at rho 0.05 cannot move the low median: all three out.
+    seven = [0.002, -0.001, 0.003, 0.0015, 0.004, 0.001, 0.002]
+    assert all(r is not None for r in out_of_rescale([*seven, 0.05, 0.05, 0.05])[7:])
+    # The history counts: a lonely reply is held to what honest clients did before.
+    assert out_of_rescale([0.05], history=honest)[0] is not None
+    assert out_of_rescale([0.05]) == [None]  # nothing to compare with but itself
+    # Below the floor nothing is out, however small the median; off at factor 0.
+    assert out_of_rescale([1e-6, 1e-6, RESCALE_FLOOR * 0.9]) == [None] * 3
+    assert out_of_rescale([0.0, 0.0, 0.99], factor=0.0) == [None] * 3
+    assert out_of_rescale([float("nan")]) == ["radial step is not finite"]
 
 
 def test_unsafe_step():

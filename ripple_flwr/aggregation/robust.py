@@ -1,10 +1,19 @@
-"""Bounds on what one client can do to a model: update norms and sane aggregate steps.
+"""Bounds on what one client can do to a model: update norms, rescaling and sane steps.
 
 Plain numpy, no Flower. A training reply is judged by its update (returned
-minus what the server sent that client), measured in float64. The scale an
-update is compared with is the *low* median of the round's update norms
-(with the previous round's accepted norms), so one huge reply among two
-cannot set its own yardstick.
+minus what the server sent that client), measured in float64, on two scales:
+
+- its norm, against the *low* median of the round's update norms and of the
+  recent rounds' accepted ones (so one huge reply among two cannot set its
+  own yardstick), with a floor of half the model's norm;
+- its **radial step** rho = <update, model> / ||model||^2, the share by which
+  it rescales the model it was sent. Honest SGD barely rescales a model (|rho|
+  <= 0.01 a round measured, while its update is up to 0.13 of the model's
+  norm); a scaling or shrinking attack is nothing but rescaling. rho is held
+  to ``factor`` x the low median |rho| of the round and of the recent rounds'
+  accepted replies (honest clients set it while they are the majority), with
+  a floor of :data:`RESCALE_FLOOR`. So a coalition below half the replies
+  grows the model by at most ``factor`` x the honest rate a round.
 """
 
 from __future__ import annotations
@@ -58,10 +67,43 @@ def state_norm(state: State) -> float:
     return float(np.sqrt(sum(float(_squares(v.reshape(1, -1))[0]) for v in floats)))
 
 
+def update_stats(sent: State, returned: State) -> tuple[float, float]:
+    """``(||returned - sent||, <returned - sent, sent>)`` over the floating-point tensors.
+
+    One difference per tensor serves both sums (the norm as in :func:`update_norm`);
+    the inner product over ``||sent||^2`` is the reply's radial step.
+    """
+    total, radial = 0.0, 0.0
+    for key, before in sent.items():
+        before = np.asarray(before)
+        if not np.issubdtype(before.dtype, np.inexact):
+            continue
+        after = np.asarray(returned[key])
+        diff = (after - before).ravel()
+        flat = before.ravel()
+        sq, dot = float(np.dot(diff, diff)), float(np.dot(diff, flat))
+        if not (math.isfinite(sq) and math.isfinite(dot)):
+            wide = after.astype(np.float64).ravel() - flat.astype(np.float64)
+            sq, dot = float(np.dot(wide, wide)), float(np.dot(wide, flat.astype(np.float64)))
+        total += sq
+        radial += dot
+    return float(np.sqrt(total)), radial
+
+
 def low_median(values: Sequence[float]) -> float | None:
     """The lower middle value (``None`` if empty): an outlier never sets it when n >= 2."""
     v = sorted(float(x) for x in values)
     return v[(len(v) - 1) // 2] if v else None
+
+
+# An update below this share of its model's norm is never out of proportion by its norm:
+# honest updates reach 0.13 of it (measured: FedAvg and the oracle, Dir(0.1) and
+# one class per client), and under one-class data they spread over 100x the round's
+# median, so the median alone would drop honest clients.
+MODEL_FLOOR = 0.5
+# A radial step below this is never out of proportion: honest ones reach 0.008 (same runs),
+# and a round where every client barely moves must not drop the one that moves a little.
+RESCALE_FLOOR = 0.01
 
 
 def out_of_bound(
@@ -74,20 +116,19 @@ def out_of_bound(
     """For each update norm, why it is out of proportion (``None`` if it is not).
 
     ``factor`` (> 0) times the low median of ``norms`` and ``history`` (the
-    previous round's accepted norms) bounds every update; ``max_norm`` (> 0)
+    recent rounds' accepted norms) bounds every update; ``max_norm`` (> 0)
     is an absolute bound. Either is off at 0. A non-finite norm is always out.
 
-    ``model_norms[i]``, the norm of the model reply i was sent, is a floor of
-    the relative bound: an update smaller than the model it started from is
-    never called out of proportion. Under strong non-IID data honest updates
-    differ by orders of magnitude (a client whose cluster model already fits
-    it barely moves it; one that does not moves it by a tenth of its norm),
-    so the round's median alone would drop honest clients; a scaled or
-    constant-weights attack moves a model far more than its own norm.
+    :data:`MODEL_FLOOR` times ``model_norms[i]``, the norm of the model reply
+    i was sent, is a floor of the relative bound: under strong non-IID data
+    honest updates differ by orders of magnitude (a client whose cluster model
+    already fits it barely moves it; one that does not moves it by a tenth of
+    its norm); a scaled or constant-weights attack moves a model by about its
+    own norm or more. Rescaling below the floor is :func:`out_of_rescale`'s.
     """
     finite = [n for n in norms if np.isfinite(n)]
     reference = low_median(list(finite) + [h for h in history if np.isfinite(h)])
-    floors = [0.0] * len(norms) if model_norms is None else list(model_norms)
+    floors = [0.0] * len(norms) if model_norms is None else [MODEL_FLOOR * m for m in model_norms]
     if len(floors) != len(norms):
         raise ValueError(f"{len(norms)} update norms but {len(floors)} model norms")
     reasons: list[str | None] = []
@@ -103,10 +144,43 @@ def out_of_bound(
             and n > factor * reference
             and n > floor
         ):
-            above = f" and above the norm {floor:.4g} of the model it was sent" if floor else ""
+            above = (
+                f" and above {MODEL_FLOOR:g} x the norm {floor / MODEL_FLOOR:.4g} of the model "
+                "it was sent"
+                if floor
+                else ""
+            )
             reasons.append(
                 f"update norm {n:.4g} is {n / reference:.3g} x the round's median "
                 f"{reference:.4g}{above} (update-norm-factor={factor:g})"
+            )
+        else:
+            reasons.append(None)
+    return reasons
+
+
+def out_of_rescale(
+    radials: Sequence[float], history: Sequence[float] = (), factor: float = 10.0
+) -> list[str | None]:
+    """For each radial step rho (see :func:`update_stats`), why it rescales too much.
+
+    ``|rho|`` is held to ``factor`` times the low median ``|rho|`` of the round
+    and of ``history`` (the recent rounds' accepted ones), and never called out
+    below :data:`RESCALE_FLOOR`. Off at ``factor = 0``; a non-finite rho is out.
+    """
+    sizes = [abs(r) for r in radials if np.isfinite(r)]
+    scale = low_median(sizes + [abs(h) for h in history if np.isfinite(h)]) or 0.0
+    bound = max(factor * scale, RESCALE_FLOOR)
+    reasons: list[str | None] = []
+    for r in radials:
+        if not np.isfinite(r):
+            reasons.append("radial step is not finite")
+        elif factor > 0 and abs(r) > bound:
+            verb = "grows" if r > 0 else "shrinks"
+            reasons.append(
+                f"it {verb} the model it was sent by {abs(r):.3g} of its norm along itself, "
+                f"above {bound:.3g} ({factor:g} x the median {scale:.3g}, at least "
+                f"{RESCALE_FLOOR:g}; update-norm-factor={factor:g})"
             )
         else:
             reasons.append(None)

@@ -160,6 +160,9 @@ def combine(*faults: Fault) -> Fault:
 FAULTS: dict[str, Callable[[], Fault]] = {
     "huge-weights": lambda: constant_weights(1e30),
     "scaled-weights": lambda: scaled_weights(1e6),
+    # Below the model's own norm: an update of 0.99 (0.05) of it, every round.
+    "doubled-weights": lambda: scaled_weights(1.99),
+    "growing-weights": lambda: scaled_weights(1.05),
     "inflated-count": lambda: inflated_count(10**12),
     "fake-evaluation": lambda: fake_evaluation(1.0, 10**9),
     "bad-embedding": bad_embedding,

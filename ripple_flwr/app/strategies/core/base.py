@@ -35,7 +35,12 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from ripple_flwr.aggregation.mixing import uniform_sample
-from ripple_flwr.aggregation.robust import out_of_bound, state_norm, update_norm
+from ripple_flwr.aggregation.robust import (
+    out_of_bound,
+    out_of_rescale,
+    state_norm,
+    update_stats,
+)
 from ripple_flwr.app.candidates import Payload, payload_nbytes, payload_size
 from ripple_flwr.app.records import record_to_state, state_to_record
 from ripple_flwr.app.strategies.core.accounting import (
@@ -63,6 +68,8 @@ from ripple_flwr.settings import Option, RunSettings
 log = logging.getLogger("flwr.ripple")
 
 _SAMPLER_KEY = 0x5A4D  # SeedSequence key of the client sampler (same for every method)
+# Rounds of accepted update norms and radial steps the update bound remembers.
+HISTORY_ROUNDS = 5
 
 
 def states_to_records(states: Sequence[dict[str, np.ndarray]]) -> list[ArrayRecord]:
@@ -99,7 +106,7 @@ class AppStrategy(Strategy):
     # Attributes that make up the method's server state between rounds (numpy arrays, dicts,
     # lists, scalars, ArrayRecords), saved for resume; each class lists its own, the lists of
     # all bases are joined.
-    state_fields: tuple[str, ...] = ("failures", "_accepted_norms")
+    state_fields: tuple[str, ...] = ("failures", "_accepted_norms", "_accepted_radials")
     # Extra ArrayRecords every training reply must carry, by record name (SCAFFOLD: its
     # control delta); validated like the model, a reply without them is dropped.
     extra_reply_references: dict[str, Reference] = {}  # noqa: RUF012 (read-only default)
@@ -118,7 +125,10 @@ class AppStrategy(Strategy):
         self._sent_messages: list[tuple[int, Message]] = []  # (row, training message) this round
         self._round: RoundRecord | None = None
         self._round_start = 0.0
-        self._accepted_norms: list[float] = []  # the previous round's, for the update bound
+        # The accepted replies' update norms and radial steps of the last HISTORY_ROUNDS
+        # rounds (oldest first): the yardstick honest clients set for the update bound.
+        self._accepted_norms: list[float] = []
+        self._accepted_radials: list[float] = []
         self.failures: dict[int, int] = {}  # row -> training rounds failed in a row
         self._eval_sent: list[tuple[int, Message]] = []
         self._eval_candidates: dict[int, int] = {}
@@ -358,10 +368,48 @@ class AppStrategy(Strategy):
     def _bound_updates(
         self, server_round: int, accepted: list[Accepted]
     ) -> tuple[list[Accepted], list[Dropped]]:
-        """Drop (and name) replies whose update is out of proportion with the round's."""
+        """Drop (and name) replies whose update is out of proportion with the round's.
+
+        Two yardsticks (:mod:`ripple_flwr.aggregation.robust`): the update's norm
+        and its radial step, each against the low median of this round's and of
+        the last :data:`HISTORY_ROUNDS` rounds' accepted replies.
+        """
         s = self.settings
         if not accepted or (s.update_norm_factor <= 0 and s.max_update_norm <= 0):
             return accepted, []
+        origins = self._origins(accepted)
+        model_norm: dict[int, float] = {}  # one norm per distinct model sent
+        for o in origins:
+            if id(o) not in model_norm:
+                model_norm[id(o)] = state_norm(o)
+        stats = [update_stats(o, a.state) for o, a in zip(origins, accepted, strict=True)]
+        norms = [n for n, _ in stats]
+        squares = [max(model_norm[id(o)], 1e-12) ** 2 for o in origins]
+        radials = [dot / sq for (_, dot), sq in zip(stats, squares, strict=True)]
+        by_norm = out_of_bound(
+            norms,
+            self._accepted_norms,
+            s.update_norm_factor,
+            s.max_update_norm,
+            model_norms=[model_norm[id(o)] for o in origins],
+        )
+        by_rescale = out_of_rescale(radials, self._accepted_radials, s.update_norm_factor)
+        kept, out = [], []
+        for a, norm, radial, r1, r2 in zip(
+            accepted, norms, radials, by_norm, by_rescale, strict=True
+        ):
+            reason = r1 or r2
+            if reason is None:
+                kept.append((a, norm, radial))
+                continue
+            out.append(self._drop(server_round, a, reason))
+        keep = HISTORY_ROUNDS * max(s.clients_per_round, 1)
+        self._accepted_norms = (self._accepted_norms + [n for _, n, _ in kept])[-keep:]
+        self._accepted_radials = (self._accepted_radials + [r for _, _, r in kept])[-keep:]
+        return [a for a, _, _ in kept], out
+
+    def _origins(self, accepted: list[Accepted]) -> list[dict[str, np.ndarray]]:
+        """The model each reply's update is measured from, each record decoded once."""
         sent: dict[int, dict[str, np.ndarray]] = {}
         decoded: dict[int, dict[str, np.ndarray]] = {}  # one decode per shared record
         for row, msg in self._sent_messages:
@@ -369,27 +417,7 @@ class AppStrategy(Strategy):
             if id(record) not in decoded:
                 decoded[id(record)] = record_to_state(record)
             sent[row] = decoded[id(record)]
-        origins = [self.update_origin(a, sent[a.row]) for a in accepted]
-        norms = [update_norm(o, a.state) for o, a in zip(origins, accepted, strict=True)]
-        model_norm: dict[int, float] = {}  # one norm per distinct model sent
-        for o in origins:
-            if id(o) not in model_norm:
-                model_norm[id(o)] = state_norm(o)
-        reasons = out_of_bound(
-            norms,
-            self._accepted_norms,
-            s.update_norm_factor,
-            s.max_update_norm,
-            model_norms=[model_norm[id(o)] for o in origins],
-        )
-        kept, out = [], []
-        for a, norm, reason in zip(accepted, norms, reasons, strict=True):
-            if reason is None:
-                kept.append((a, norm))
-                continue
-            out.append(self._drop(server_round, a, reason))
-        self._accepted_norms = [n for _, n in kept]
-        return [a for a, _ in kept], out
+        return [self.update_origin(a, sent[a.row]) for a in accepted]
 
     def _drop(self, server_round: int, a: Accepted, reason: str) -> Dropped:
         """Log a reply that passed validation but is not used, and record why."""
