@@ -91,6 +91,23 @@ def test_rescaling_below_the_models_norm_is_dropped_alone_or_colluding(
     assert not any(r["dropped"] for r in clean_res["rounds"])  # no honest client is blamed
 
 
+@pytest.mark.parametrize("method", ["scaffold", "feddyn", "pfedme", "perfedavg"])
+def test_a_lonely_huge_reply_is_refused_by_the_aggregate_check(method, cache_dir, tmp_path):
+    # One client a round: a reply has nothing to be compared with, so only the aggregate
+    # check (non-finite, or 10 x the model's norm) stands between it and the saved model.
+    over = {"num-partitions": 2, "clients-per-round": 1, "num-server-rounds": 4}
+    cfg = tiny_run_config(cache_dir, method=method, sampling="uniform", **over)
+    cfg["results-path"] = str(tmp_path / "lonely.json")
+    path = run_server(FakeGrid(cfg, faults={BAD: faults.FAULTS["huge-weights"]()}), cfg)
+    res = json.loads(path.read_text())
+    bad_rounds = [r for r in res["rounds"] if r["sampled"] == [BAD]]
+    assert bad_rounds, "the seeded sampler never drew the bad client: pick another seed"
+    for r in res["rounds"]:
+        assert (r["refused"] is not None) == (r["sampled"] == [BAD])
+    assert all("model norm would grow" in r["refused"] for r in bad_rounds)
+    assert model_norm(path) < 100  # the paper's CNN starts near 6.5
+
+
 def test_huge_updates_never_reach_ripples_cluster_models(cache_dir):
     from ripple_flwr.app.records import state_to_record
     from ripple_flwr.app.run_config import parse_run_config

@@ -358,6 +358,27 @@ def test_scaffold_sends_and_receives_two_records():
             ),
             "'control' keys differ",
         ),
+        (  # finite but enormous: c, and every later correction, would be 1e30
+            lambda content: content.__setitem__(
+                "control",
+                state_to_record(
+                    {
+                        k: np.full_like(v, 1e30)
+                        for k, v in record_to_state(content["control"]).items()
+                    }
+                ),
+            ),
+            "control delta moves c by",
+        ),
+        (  # the honest delta, 1e3 x: more than the reply's own update can produce
+            lambda content: content.__setitem__(
+                "control",
+                state_to_record(
+                    {k: v * 1e3 for k, v in record_to_state(content["control"]).items()}
+                ),
+            ),
+            "control delta moves c by",
+        ),
     ],
 )
 def test_bad_control_delta_is_dropped_and_server_state_stays_finite(tamper, reason):

@@ -119,9 +119,14 @@ def finished_results(
 
 
 def tail_mean(values: list[float], last: int = 3) -> float:
-    """Mean of the last few evaluations (single evaluations are noisy)."""
-    vals = [v for v in values if v is not None and not math.isnan(v)]
-    return float(np.mean(vals[-last:])) if vals else math.nan
+    """Mean of the last few evaluations (single evaluations are noisy).
+
+    An evaluation that scored no client (``None`` or NaN) counts as missing; the
+    mean never reaches back past the last ``last`` evaluations, so a run whose
+    final evaluations scored nobody has no headline (NaN), not an older one.
+    """
+    vals = [v for v in values[-last:] if v is not None and not math.isnan(v)]
+    return float(np.mean(vals)) if vals else math.nan
 
 
 # -- files --------------------------------------------------------------------------------

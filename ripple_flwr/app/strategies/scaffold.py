@@ -15,10 +15,14 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord
 
+from ripple_flwr.aggregation.robust import update_norm
 from ripple_flwr.app.records import state_to_record
 from ripple_flwr.app.strategies.core.global_model import GlobalModel
 from ripple_flwr.app.strategies.core.replies import Accepted, state_reference
 from ripple_flwr.settings import RunSettings
+
+# Float32 rounding on the client: an honest control meets the bound to about 1e-6.
+CONTROL_SLACK = 1.001
 
 
 class Scaffold(GlobalModel):
@@ -31,6 +35,27 @@ class Scaffold(GlobalModel):
         self.control = self.zeros_like_floats()
         # Every reply must carry its control delta, shaped like c, finite.
         self.extra_reply_references = {"control": state_reference(self.control)}
+
+    def check_reply(self, a: Accepted) -> str | None:
+        """A control delta must be one option II can produce from the reply's own update.
+
+        Option II gives c_i+ - c_i = -c + (x - y_i) / (K_eff lr) with K_eff >= 1, so
+        ||delta_c + c|| <= ||x - y_i|| / lr for every honest client (buffers: 0 on
+        both sides of c). A larger control would move c, and every later round's
+        correction, by more than the client's own training can justify.
+        """
+        c = self.control
+        pushed = sum(
+            float(np.sum((a.extras["control"][k].astype(np.float64) + c[k]) ** 2)) for k in c
+        )
+        moved = update_norm(self.global_state, a.state)
+        bound = moved / self.settings.lr
+        if np.sqrt(pushed) > CONTROL_SLACK * bound + 1e-6:
+            return (
+                f"control delta moves c by {np.sqrt(pushed):.4g}, more than its own update "
+                f"{moved:.4g} / lr = {bound:.4g} can (SCAFFOLD option II)"
+            )
+        return None
 
     def extra_train_records(self, rows: np.ndarray) -> list[dict[str, ArrayRecord | ConfigRecord]]:
         control = state_to_record(self.control)

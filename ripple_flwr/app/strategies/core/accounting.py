@@ -44,6 +44,7 @@ class RoundRecord:
     dropped: list[Dropped] = field(default_factory=list)
     train_loss: float = math.nan
     num_examples: int = 0
+    refused: str | None = None  # why this round's aggregate was refused (the model stayed)
 
 
 @dataclass

@@ -10,6 +10,7 @@ validated replies in with its own rule (:meth:`GlobalModel.update`).
 
 from __future__ import annotations
 
+import copy
 import logging
 from abc import abstractmethod
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord
 
+from ripple_flwr.aggregation.robust import unsafe_step
 from ripple_flwr.app.records import state_to_record
 from ripple_flwr.app.strategies.core.admission import QueryResult
 from ripple_flwr.app.strategies.core.replies import Accepted
@@ -81,21 +83,45 @@ class GlobalModel(ServerModels):
         ]
 
     def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
+        """Fold the replies in with :meth:`update`, unless the new model is not a sane step.
+
+        A refused aggregate (non-finite, or a norm above 10 x the old one) leaves
+        the global model *and* the method's own server state (SCAFFOLD's c,
+        FedDyn's h) as they were; the refusal is logged and recorded in the round.
+        """
         if not accepted:
             return None
         self.check_client_state(server_round, accepted)
-        for a in accepted:
-            self.trained_count[a.row] = self.trained_count.get(a.row, 0) + 1
+        own = {name: copy.deepcopy(getattr(self, name)) for name in self.method_state()}
         new = self.update(accepted)
         # The model's own dtypes (float64 arithmetic must not double the bytes sent).
-        self.global_state = {
+        candidate = {
             k: np.asarray(new[k]).astype(self.global_state[k].dtype, copy=False)
             for k in self.global_state
         }
-        for key, value in self.global_state.items():
-            if is_float(value) and not np.all(np.isfinite(value)):
-                raise FloatingPointError(f"{type(self).__name__}: global {key!r} is not finite")
+        reason = unsafe_step(self.global_state, candidate)
+        if reason is not None:
+            for name, value in own.items():
+                setattr(self, name, value)
+            log.error(
+                "round %d: refused the aggregate of partitions %s (%s); the global model and "
+                "the server state stay",
+                server_round,
+                sorted(self.clients.partition_ids[a.row] for a in accepted),
+                reason,
+            )
+            self._round.refused = reason
+            return None
+        for a in accepted:
+            self.trained_count[a.row] = self.trained_count.get(a.row, 0) + 1
+        self.global_state = candidate
         return self.global_record()
+
+    @classmethod
+    def method_state(cls) -> list[str]:
+        """The state fields the method adds to GlobalModel's (what :meth:`update` may change)."""
+        base = set(GlobalModel.declared_state())
+        return [name for name in cls.declared_state() if name not in base]
 
     def check_client_state(self, server_round: int, accepted: list[Accepted]) -> None:
         """Record clients whose state has seen fewer trainings than they were sent.
