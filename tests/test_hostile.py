@@ -108,6 +108,25 @@ def test_a_lonely_huge_reply_is_refused_by_the_aggregate_check(method, cache_dir
     assert model_norm(path) < 100  # the paper's CNN starts near 6.5
 
 
+def test_an_out_of_range_embedding_cannot_pick_a_cluster(tiny_checkpoint, cache_dir, tmp_path):
+    # All 3e38 used to route one-hot to cluster 0: a client could choose its cluster.
+    runs = {}
+    for name, fault in (("clean", None), ("far", faults.FAULTS["far-embedding"]())):
+        res, _ = run(
+            cache_dir, tmp_path, name, fault, method="ripple", checkpoint=str(tiny_checkpoint)
+        )
+        runs[name] = res
+    far = runs["far"]["routing"]
+    assert [d["partition"] for d in far["out_of_domain"]] == [BAD]
+    assert "outside the router's domain" in far["out_of_domain"][0]["reason"]
+    assert runs["clean"]["routing"]["out_of_domain"] == []
+    w = {k: np.asarray(v["routing"]["weights"]) for k, v in runs.items()}
+    np.testing.assert_allclose(w["far"][BAD], 1 / w["far"].shape[1])  # no cluster chosen
+    others = [r for r in range(len(w["far"])) if r != BAD]
+    # Honest routing intact (to float32 BLAS rounding: the batch differs in one row).
+    np.testing.assert_allclose(w["far"][others], w["clean"][others], atol=1e-6)
+
+
 def test_huge_updates_never_reach_ripples_cluster_models(cache_dir):
     from ripple_flwr.app.records import state_to_record
     from ripple_flwr.app.run_config import parse_run_config

@@ -84,6 +84,31 @@ def test_routers_validate_and_stay_in_simplex():
     assert routing_l1(u, np.eye(4)[:3]) == pytest.approx(1.5)
 
 
+def test_a_summary_outside_the_routers_domain_is_routed_uniformly():
+    torch.manual_seed(0)
+    model = GMMVAE(GMMVAEConfig(input_dim=10, num_components=3, hidden=(8,), latent_dim=2))
+    rng = np.random.default_rng(0)
+    bank = rng.normal(0.5, 0.1, size=(200, 10))
+    model.feature_mean.copy_(torch.as_tensor(bank.mean(0)))
+    model.feature_std.copy_(torch.as_tensor(bank.std(0)))
+    router = GMMVAERouter(model, prune=0.01)
+    direction = rng.normal(size=10)
+    crafted = np.stack(
+        [
+            np.full(10, 3e38),  # finite, enormous
+            np.full(10, -3e38),
+            0.5 + 1000 * direction / np.linalg.norm(direction),  # a direction, far out
+            bank[0],  # an honest one
+        ]
+    )
+    w = router.route(crafted)
+    np.testing.assert_allclose(w[:3], 1 / 3)  # no cluster is chosen from outside
+    np.testing.assert_allclose(w[3], router.route(bank[:1])[0])
+    reasons = router.out_of_domain(crafted)
+    assert all("outside the router's domain" in r for r in reasons[:3]) and reasons[3] is None
+    assert router.out_of_domain(bank) == [None] * len(bank)  # the bank itself is inside
+
+
 def test_config_validation():
     with pytest.raises(ValueError, match="K"):
         GMMVAEConfig(input_dim=5, num_components=1)

@@ -96,6 +96,19 @@ def bad_embedding() -> Fault:
     return _on("query", rewrite)
 
 
+def far_embedding(value: float = 3e38) -> Fault:
+    """Query replies whose summary is finite but far outside any real one (all ``value``)."""
+
+    def rewrite(msg: Message, reply: Message) -> Message:
+        if "summary" not in reply.content.array_records:
+            return reply
+        phi = reply.content.array_records["summary"]["phi"].numpy()
+        far = np.full_like(phi, value)
+        return _replace(reply, msg, summary=ArrayRecord({"phi": Array(far)}))
+
+    return _on("query", rewrite)
+
+
 MISSING = object()  # set_field's value that deletes the field
 
 
@@ -166,6 +179,7 @@ FAULTS: dict[str, Callable[[], Fault]] = {
     "inflated-count": lambda: inflated_count(10**12),
     "fake-evaluation": lambda: fake_evaluation(1.0, 10**9),
     "bad-embedding": bad_embedding,
+    "far-embedding": far_embedding,
     "query-sizes": lambda: combine(query_sizes(), inflated_count(10**12), fake_evaluation(1.0)),
     "killed": lambda: dead_after(1, error=True),
 }

@@ -65,7 +65,14 @@ class RippleStrategy(ServerModels):
         Added to the denominator of eq. 9.
     """
 
-    state_fields = ("stacked", "weights", "raw_weights", "component_map", "routing")
+    state_fields = (
+        "stacked",
+        "weights",
+        "raw_weights",
+        "component_map",
+        "routing",
+        "out_of_domain",
+    )
 
     def __init__(
         self,
@@ -96,6 +103,7 @@ class RippleStrategy(ServerModels):
         self.hdb: HDBResult | None = None
         self.new_weights: np.ndarray | None = None  # (new clients, K), after zero-shot onboarding
         self.routing: dict[str, Any] = {}
+        self.out_of_domain: list[dict[str, Any]] = []  # clients routed 1/K, and why
 
     # -- one-shot assignment ------------------------------------------------------------------
     @property
@@ -110,6 +118,7 @@ class RippleStrategy(ServerModels):
             w = self.fixed_weights[pids]
         elif len(pids):
             w = np.asarray(self.router.route(clients.features), dtype=np.float64)
+            self._flag_out_of_domain(clients)
         else:
             w = np.zeros((0, self.k))
         if w.shape != (len(pids), self.k):
@@ -117,6 +126,16 @@ class RippleStrategy(ServerModels):
                 f"router returned weights of shape {w.shape}, expected ({len(pids)}, {self.k})"
             )
         return w
+
+    def _flag_out_of_domain(self, clients: QueryResult) -> None:
+        """Log and record the clients whose summary the router would not read."""
+        check = getattr(self.router, "out_of_domain", None)
+        if check is None:
+            return
+        for pid, reason in zip(clients.partition_ids, check(clients.features), strict=True):
+            if reason is not None:
+                log.warning("partition %d: %s", pid, reason)
+                self.out_of_domain.append({"partition": int(pid), "reason": reason})
 
     def model_weights(self, w: np.ndarray) -> np.ndarray:
         """Weights over the trained models: w itself, or collapsed by the HDB map."""
@@ -258,6 +277,7 @@ class RippleStrategy(ServerModels):
             **self.routing,
             "weights": self.raw_weights,
             "source": "oracle (pi*)" if self.fixed_weights is not None else self.router.name,
+            "out_of_domain": self.out_of_domain,
         }
         if self.hdb is not None:
             rec["hdb"] = {
