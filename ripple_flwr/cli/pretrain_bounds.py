@@ -203,11 +203,6 @@ def flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
     return {a.dest: "/".join(a.option_strings) for a in parser._actions if a.option_strings}
 
 
-def numeric_dests(parser: argparse.ArgumentParser) -> list[str]:
-    """The options that take a number (their ``type`` is int or float)."""
-    return [a.dest for a in parser._actions if a.type in (int, float)]
-
-
 def _show(value: object) -> str:
     if value is None:
         return "unset"
