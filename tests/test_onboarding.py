@@ -379,4 +379,67 @@ def test_cli_help_and_errors(world, saved_run, tmp_path, capsys):
         assert len(err) == 1 and err[0].startswith("error: "), err
         assert re.search(pattern, err[0]), err[0]
     assert onboard.main([str(saved_run)]) == 2  # --images is required (argparse usage error)
-    assert "--images" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "required: --images (see --help)" in err[0], err
+
+
+@pytest.fixture
+def nothing_loaded(monkeypatch):
+    """Fail the test if the saved run or the images are read."""
+
+    class NoOnboarder:
+        @classmethod
+        def from_path(cls, *args, **kwargs):
+            raise AssertionError("the saved run was loaded although an option was bad")
+
+    def no_images(*args, **kwargs):
+        raise AssertionError("the images were loaded although an option was bad")
+
+    monkeypatch.setattr(onboard, "Onboarder", NoOnboarder)
+    monkeypatch.setattr(onboard, "load_images", no_images)
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.mark.parametrize(
+    ("extra", "pattern"),
+    [
+        (["--bogus"], r"^onboard.py: error: unrecognized arguments: --bogus \(see --help\)$"),
+        (["--device"], r"^onboard.py: error: argument --device: expected one argument"),
+        (["--out"], r"^onboard.py: error: argument --out: expected one argument"),
+    ],
+)
+def test_cli_usage_error_is_one_line(extra, pattern, tmp_path, capsys, nothing_loaded):
+    argv = [str(tmp_path / "run.pt"), "--images", str(tmp_path / "x.npy"), *extra]
+    assert onboard.main(argv) == 2
+    line = one_line(capsys)
+    assert re.search(pattern, line), line
+
+
+@pytest.mark.parametrize("device", ["tpu", "gpu", "cuda:x", "cuda:-1", "meta", ""])
+def test_cli_unknown_device_is_refused_before_loading(device, tmp_path, capsys, nothing_loaded):
+    argv = [str(tmp_path / "run.pt"), "--images", str(tmp_path / "x.npy"), "--device", device]
+    assert onboard.main(argv) == 2
+    line = one_line(capsys)
+    assert line == (
+        f"error: --device {device!r} is not a device these tools run on; "
+        "use auto, cpu, cuda or cuda:N"
+    )
+
+
+def test_cli_cuda_is_checked_before_loading(tmp_path, capsys, monkeypatch, nothing_loaded):
+    argv = [str(tmp_path / "run.pt"), "--images", str(tmp_path / "x.npy"), "--device"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert onboard.main([*argv, "cuda"]) == 2
+    assert "--device cuda: CUDA is not available on this machine" in one_line(capsys)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert onboard.main([*argv, "cuda:1"]) == 2
+    assert "this machine has 1 CUDA device(s); use cuda:0" in one_line(capsys)
+    for good in ("cuda:0", "cuda", "auto", "cpu"):  # past the check: the run is what is read
+        with pytest.raises(AssertionError, match="saved run was loaded"):
+            onboard.main([*argv, good])

@@ -99,4 +99,4 @@ def test_cli_help_documents_every_option(capsys):
 
 def test_cli_rejects_bad_settings(capsys):
     assert pretrain_vae.main(["-K", "1", "--no-progress"]) == 2
-    assert "K (num-components) must be >= 2" in capsys.readouterr().err
+    assert "-K/--num-components must be in [2, 100], got 1" in capsys.readouterr().err

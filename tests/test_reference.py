@@ -25,3 +25,12 @@ def test_a_stale_page_is_found(tmp_path):
     page = tmp_path / "docs/configuration.md"
     page.write_text(page.read_text().replace("| `lr` |", "| `learning-rate` |"))
     assert reference.stale_pages(tmp_path) == ["docs/configuration.md"]
+
+
+def test_every_pretrain_bound_has_its_row():
+    from ripple_flwr.cli.pretrain import build_parser
+    from ripple_flwr.cli.pretrain_bounds import BOUNDS, flag_names
+
+    table, flags = reference.pretrain_options_table(), flag_names(build_parser())
+    for dest, bound in BOUNDS.items():
+        assert f"| `{flags[dest]}` |" in table and bound.text() in table, dest

@@ -23,11 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ripple_flwr.cli.common import DEVICES, OneLineParser, check_device
 from ripple_flwr.runs.saved_runs import Onboarder, save_model
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="onboard.py",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -52,7 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "next to the images)",
     )
     p.add_argument("--json", default=None, help="also write the JSON report to this file")
-    p.add_argument("--device", default="cpu", help="torch device: cpu, cuda or auto (default: cpu)")
+    p.add_argument("--device", default="cpu", help=f"torch device: {DEVICES} (default: cpu)")
     return p.parse_args(argv)
 
 
@@ -111,9 +112,10 @@ def check_outputs(args: argparse.Namespace, out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
-    except SystemExit as stop:  # --help (0) or a usage error (2), already printed
+    except SystemExit as stop:  # --help (0) or a usage error (2), printed in one line
         return int(stop.code or 0)
     try:
+        check_device(args.device)  # before the saved run or the images are read
         images_path = Path(args.images).expanduser()
         out = Path(args.out) if args.out else images_path.with_name(f"{images_path.stem}.model.pt")
         check_outputs(args, out)

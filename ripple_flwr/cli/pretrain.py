@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import resource
 import sys
 import tempfile
@@ -23,8 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ripple_flwr.cli.common import OneLineParser, UsageError, check_device
+from ripple_flwr.cli.pretrain_bounds import check_numbers
 from ripple_flwr.data import available_datasets, fold_labels, load_dataset, server_aux_split
-from ripple_flwr.router.pretrain import PretrainSettings, TrainSettings, pretrain, resolve_device
+from ripple_flwr.router.pretrain import PretrainSettings, TrainSettings, pretrain
 from ripple_flwr.router.synthetic import ALPHA_DISTRIBUTIONS, BankSettings
 from ripple_flwr.router.vae import SUPERVISED_DIVERGENCES, LossWeights
 from ripple_flwr.settings import RunSettings
@@ -32,17 +33,6 @@ from ripple_flwr.wst.embedder import validate_scattering
 
 # A D_aux component with fewer images cannot give a synthetic client two distinct rows.
 MIN_AUX_PER_COMPONENT = 2
-
-
-class UsageError(ValueError):
-    """A bad option, found before any work; the message names the option and the fix."""
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse's own errors (bad type, unknown choice) in one line too, not usage + error."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 # The options this job shares with a federated run: flags, types, defaults, choices and help
@@ -62,9 +52,10 @@ def _setting(group, key: str, *short: str, help_extra: str = "", **over) -> None
     group.add_argument(*flags, **{**kwargs, **over})
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """Every option, its default and help; ranges are in :mod:`.pretrain_bounds`."""
     d, b, t, w = PretrainSettings(), BankSettings(), TrainSettings(), LossWeights()
-    p = _OneLineParser(
+    p = OneLineParser(
         prog="pretrain_vae.py",
         description=__doc__,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -86,7 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         dest="explained_variance",
         type=float,
         default=None,
-        help="choose M per client by explained variance (0.90-0.99)",
+        help="choose M per client by explained variance (0.90-0.99; 0 = off, use -M)",
     )
     g = p.add_argument_group("synthetic clients")
     g.add_argument("--n-syn", type=int, default=b.client_size, help="images per synthetic client")
@@ -167,13 +158,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     g.add_argument("--seed", type=int, default=d.seed, help="seed of training and the report")
     g.add_argument("--bank-seed", type=int, default=b.seed, help="seed of the synthetic bank")
-    g.add_argument("--device", default=d.device, help="auto, cpu or cuda")
+    g.add_argument("--device", default=d.device, help="auto, cpu, cuda or cuda:N")
     g.add_argument("--output", default="outputs/gmm_vae.pt", help="checkpoint path")
     g.add_argument(
         "--report", default=None, help="JSON report path (default: checkpoint path with .json)"
     )
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options as given (argparse's checks only: types and choices)."""
+    return build_parser().parse_args(argv)
 
 
 def settings_from_args(a: argparse.Namespace) -> PretrainSettings:
@@ -187,7 +183,7 @@ def settings_from_args(a: argparse.Namespace) -> PretrainSettings:
         J=a.J,
         L=a.L,
         svd_rank=a.svd_rank,
-        explained_variance=a.explained_variance,
+        explained_variance=a.explained_variance or None,  # 0 = off, as in a run
         bank=BankSettings(
             num_clients=a.bank_size,
             client_size=a.n_syn,
@@ -219,71 +215,12 @@ def settings_from_args(a: argparse.Namespace) -> PretrainSettings:
 
 
 def _check_options(a: argparse.Namespace) -> None:
-    """Ranges of every numeric option and the device; no data is read."""
-
-    def need(ok: bool, option: str, rule: str, value: object) -> None:
-        if not ok:
-            raise UsageError(f"{option} must be {rule}, got {value!r}")
-
-    def finite(x: float) -> bool:
-        return isinstance(x, (int, float)) and math.isfinite(x)
-
-    need(a.num_components >= 2, "-K (num-components)", ">= 2 (K clusters)", a.num_components)
-    need(a.J >= 1, "-J", ">= 1 (scattering scales)", a.J)
-    need(a.L >= 1, "-L", ">= 1 (scattering orientations)", a.L)
-    need(a.svd_rank >= 0, "-M/--svd-rank", ">= 0 (principal components)", a.svd_rank)
-    if a.explained_variance is not None:
-        need(
-            finite(a.explained_variance) and 0 < a.explained_variance <= 1,
-            "--rho",
-            "in (0, 1] (e.g. 0.90-0.99)",
-            a.explained_variance,
-        )
-    need(a.aux_size >= 1, "--aux-size", ">= 1 (images in D_aux)", a.aux_size)
-    need(a.n_syn >= 2, "--n-syn", ">= 2 (images per synthetic client)", a.n_syn)
-    need(a.bank_size >= 1, "--bank-size", ">= 1 (synthetic clients)", a.bank_size)
-    need(a.heldout_clients >= 1, "--heldout-clients", ">= 1", a.heldout_clients)
-    need(finite(a.alpha_low) and a.alpha_low > 0, "--alpha-low", "a number > 0", a.alpha_low)
-    need(
-        finite(a.alpha_high) and a.alpha_high >= a.alpha_low,
-        "--alpha-high",
-        f">= --alpha-low ({a.alpha_low})",
-        a.alpha_high,
-    )
-    need(a.steps >= 1, "--steps", ">= 1 (optimiser steps)", a.steps)
-    need(a.batch_size >= 1, "--batch-size", ">= 1", a.batch_size)
-    need(finite(a.lr) and a.lr > 0, "--lr", "a number > 0 (AdamW learning rate, e.g. 5e-4)", a.lr)
-    need(finite(a.weight_decay) and a.weight_decay >= 0, "--weight-decay", ">= 0", a.weight_decay)
-    need(a.eval_every >= 1, "--eval-every", ">= 1 (steps)", a.eval_every)
-    need(a.patience >= 1, "--patience", ">= 1 (evaluations)", a.patience)
-    need(finite(a.ema) and 0 <= a.ema < 1, "--ema", "in [0, 1) (0 = off)", a.ema)
-    need(finite(a.prune) and 0 <= a.prune < 1, "--prune", "in [0, 1)", a.prune)
-    for option, value in (
-        ("--lambda-sup", a.lambda_sup),
-        ("--lambda-kl", a.lambda_kl),
-        ("--lambda-rec", a.lambda_rec),
-    ):
-        need(finite(value) and value >= 0, option, "a number >= 0", value)
-    need(a.latent_dim >= 1, "--latent-dim", ">= 1", a.latent_dim)
-    need(
-        a.real_clients >= 1,
-        "--real-clients",
-        ">= 1 (clients per alpha in the report)",
-        a.real_clients,
-    )
-    try:
-        resolve_device(a.device)
-    except ValueError as err:
-        raise UsageError(f"--device: {err}") from err
-    if a.device != "auto":
-        import torch
-
-        try:
-            torch.device(a.device)
-        except RuntimeError as err:
-            raise UsageError(
-                f"--device {a.device!r} is not a torch device; use auto, cpu, cuda or cuda:N"
-            ) from err
+    """The range of every numeric option (:mod:`.pretrain_bounds`) and the device; nothing
+    is read or built."""
+    problem = check_numbers(a, build_parser())
+    if problem:
+        raise UsageError(problem)
+    check_device(a.device)
 
 
 def _check_writable(path: Path, option: str, *, folder: bool = False) -> None:

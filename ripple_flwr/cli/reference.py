@@ -1,12 +1,12 @@
-"""Generate the method table and the configuration reference from the registry and options.
+"""Generate the method table, the configuration reference and pretrain_vae.py's ranges.
 
     python -m ripple_flwr.cli.reference          # rewrite the generated parts of the pages
     python -m ripple_flwr.cli.reference --check  # exit 1 if a committed page is stale
 
 The pages keep their prose; only what stands between ``<!-- NAME:begin -->`` and
 ``<!-- NAME:end -->`` is generated (``methods`` in README.md and docs/methods.md,
-``options`` in docs/configuration.md). ``tests/test_reference.py`` fails when a
-committed page differs from what this writes.
+``options`` in docs/configuration.md, ``pretrain-options`` in docs/pretraining.md).
+``tests/test_reference.py`` fails when a committed page differs from what this writes.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ PAGES = {
     "README.md": ("methods",),
     "docs/methods.md": ("methods",),
     "docs/configuration.md": ("options",),
+    "docs/pretraining.md": ("pretrain-options",),
 }
 
 
@@ -68,7 +69,19 @@ def options_table() -> str:
     return "\n".join(rows)
 
 
-GENERATORS = {"methods": method_table, "options": options_table}
+def pretrain_options_table() -> str:
+    """Every numeric flag of pretrain_vae.py: default, range and why (its ``BOUNDS``)."""
+    from ripple_flwr.cli.pretrain import build_parser
+    from ripple_flwr.cli.pretrain_bounds import bounds_table
+
+    return bounds_table(build_parser())
+
+
+GENERATORS = {
+    "methods": method_table,
+    "options": options_table,
+    "pretrain-options": pretrain_options_table,
+}
 
 
 def render(text: str, names: tuple[str, ...]) -> str:
