@@ -109,6 +109,19 @@ def far_embedding(value: float = 3e38) -> Fault:
     return _on("query", rewrite)
 
 
+def huge_control(value: float = 1e30) -> Fault:
+    """SCAFFOLD training replies whose control delta is ``value`` everywhere (finite)."""
+
+    def rewrite(msg: Message, reply: Message) -> Message:
+        if "control" not in reply.content.array_records:
+            return reply
+        control = record_to_state(reply.content.array_records["control"])
+        bad = {k: np.full_like(v, value) for k, v in control.items()}
+        return _replace(reply, msg, control=state_to_record(bad))
+
+    return _on("train", rewrite)
+
+
 MISSING = object()  # set_field's value that deletes the field
 
 
@@ -180,6 +193,7 @@ FAULTS: dict[str, Callable[[], Fault]] = {
     "fake-evaluation": lambda: fake_evaluation(1.0, 10**9),
     "bad-embedding": bad_embedding,
     "far-embedding": far_embedding,
+    "huge-control": huge_control,
     "query-sizes": lambda: combine(query_sizes(), inflated_count(10**12), fake_evaluation(1.0)),
     "killed": lambda: dead_after(1, error=True),
 }
