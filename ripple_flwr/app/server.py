@@ -338,7 +338,10 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
         strategy.checkpoint_path = results_path.with_suffix(".resume.npz")
     if saved_state is not None:
         strategy.prepare(grid)  # this process's query round: who is connected now
-        strategy.restore_server_state(saved_state)
+        try:
+            strategy.restore_server_state(saved_state)
+        except (ValueError, TypeError, KeyError) as err:  # a state this run cannot continue
+            raise ConfigError(f"cannot resume from {settings.resume}: {err}") from err
         state = saved_state["fields"].get("latest_global") or state
         log.info("resumed after round %d from %s", strategy.round_offset, settings.resume)
     result = strategy.start(
