@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 from runs import run_or_reuse, write_json_line  # noqa: E402
 
 from ripple_flwr.app.registry import METHODS  # noqa: E402
-from ripple_flwr.runs.outputs import OUTPUT_DIR_ENV  # noqa: E402
+from ripple_flwr.runs.outputs import CHECKPOINT_DIR_ENV, OUTPUT_DIR_ENV  # noqa: E402
 from ripple_flwr.runs.results import tail_mean  # noqa: E402
 from ripple_flwr.settings import ROUTERS, SAMPLINGS  # noqa: E402
 
@@ -120,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     out = Path(args.out or tempfile.mkdtemp(prefix="ripple-accuracy-")).resolve()
     os.environ[OUTPUT_DIR_ENV] = str(out)  # this script is the server: its folder is the output
+    if args.checkpoint:  # and the checkpoint's folder is one it may read
+        os.environ[CHECKPOINT_DIR_ENV] = str(Path(args.checkpoint).expanduser().resolve().parent)
     summary: dict[str, dict] = {}
     curves: dict[str, list] = {}
     for name in args.methods:

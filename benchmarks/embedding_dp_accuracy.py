@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from runs import run_or_reuse, write_json_line  # noqa: E402
 
 from ripple_flwr.privacy.release import NOISE_SEED_KEY  # noqa: E402
-from ripple_flwr.runs.outputs import OUTPUT_DIR_ENV  # noqa: E402
+from ripple_flwr.runs.outputs import CHECKPOINT_DIR_ENV, OUTPUT_DIR_ENV  # noqa: E402
 from ripple_flwr.runs.results import tail_mean  # noqa: E402
 
 
@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or tempfile.mkdtemp(prefix="ripple-dp-acc-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     os.environ[OUTPUT_DIR_ENV] = str(out)
+    if args.checkpoint:  # and the checkpoint's folder is one it may read
+        os.environ[CHECKPOINT_DIR_ENV] = str(Path(args.checkpoint).expanduser().resolve().parent)
     logging.getLogger("flwr").setLevel(logging.WARNING)
     import torch
 

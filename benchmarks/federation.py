@@ -41,6 +41,7 @@ import numpy as np  # noqa: E402
 
 from ripple_flwr.app.server import run_server  # noqa: E402
 from ripple_flwr.runs.outputs import OUTPUT_DIR_ENV  # noqa: E402
+from ripple_flwr.settings import CACHE_DIR_ENV  # noqa: E402
 from ripple_flwr.testing.inprocess import InProcessGrid  # noqa: E402
 
 
@@ -74,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         help="other registered methods whose bytes per round are compared with FedAvg's",
     )
     args = p.parse_args(argv)
+    if args.cache_dir:  # this script is the server: the folder is its cache root
+        os.environ[CACHE_DIR_ENV] = str(Path(args.cache_dir).expanduser())
     logging.getLogger("flwr").setLevel(logging.WARNING)
     import torch
 

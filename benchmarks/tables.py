@@ -52,7 +52,7 @@ import numpy as np  # noqa: E402
 from accuracy import VARIANTS, curve  # noqa: E402
 from runs import run_or_reuse, write_json_line  # noqa: E402
 
-from ripple_flwr.runs.outputs import OUTPUT_DIR_ENV  # noqa: E402
+from ripple_flwr.runs.outputs import CHECKPOINT_DIR_ENV, OUTPUT_DIR_ENV  # noqa: E402
 from ripple_flwr.runs.results import hard_ari, tail_mean  # noqa: E402
 
 TABLE1 = {
@@ -379,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     args.plot = args.plot or str(out / f"{args.table}.png")
     os.environ[OUTPUT_DIR_ENV] = str(out)  # this script is the server: its folder is the output
+    if args.checkpoint:  # and the checkpoint's folder is one it may read
+        os.environ[CHECKPOINT_DIR_ENV] = str(Path(args.checkpoint).expanduser().resolve().parent)
     logging.getLogger("flwr").setLevel(logging.WARNING)
     import torch
 

@@ -43,6 +43,7 @@ from ripple_flwr.aggregation.mixing import unstack  # noqa: E402
 from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.server import run_server  # noqa: E402
 from ripple_flwr.data.cache import cached_federation  # noqa: E402
+from ripple_flwr.runs.outputs import CHECKPOINT_DIR_ENV  # noqa: E402
 from ripple_flwr.runs.results import client_stats, finished_results, hard_ari  # noqa: E402
 from ripple_flwr.runs.saved_runs import Onboarder  # noqa: E402
 from ripple_flwr.testing.inprocess import InProcessGrid  # noqa: E402
@@ -250,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     out = Path(args.out or tempfile.mkdtemp(prefix="ripple-zero-shot-")).resolve()
     os.environ["RIPPLE_OUTPUT_DIR"] = str(out)  # this script is the server: its output folder
+    if args.checkpoint:  # and the checkpoint's folder is one it may read
+        os.environ[CHECKPOINT_DIR_ENV] = str(Path(args.checkpoint).expanduser().resolve().parent)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     part1 = table2(args, out) if args.alphas_train else {"table": {}}

@@ -38,6 +38,20 @@ class ConfigError(ValueError):
     """A run config that cannot work; raised before any data is loaded or model trained."""
 
 
+CACHE_DIR_ENV = "RIPPLE_CACHE_DIR"
+
+
+def machine_cache_root() -> Path:
+    """This machine's cache folder: ``$RIPPLE_CACHE_DIR``, else ``~/.cache/ripple-flwr``.
+
+    Set by whoever runs the process, never by a run config (``cache-dir`` may only
+    name a folder inside it or inside the output folder: :mod:`ripple_flwr.runs.outputs`).
+    """
+    return Path(
+        os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "ripple-flwr"
+    ).expanduser()
+
+
 @dataclass(frozen=True)
 class Option:
     """One run-config key: its type, default, range and one-line doc.
@@ -418,10 +432,10 @@ class RunSettings:
         return kwargs
 
     def cache_root(self) -> Path:
-        """``cache-dir``, else ``$RIPPLE_CACHE_DIR``, else ``~/.cache/ripple-flwr``."""
+        """``cache-dir``, else :func:`machine_cache_root`."""
         if self.cache_dir:
             return Path(self.cache_dir).expanduser()
-        return Path(os.environ.get("RIPPLE_CACHE_DIR", Path.home() / ".cache" / "ripple-flwr"))
+        return machine_cache_root()
 
     def key(self) -> str:
         """A short hash of all settings (in-process cache key)."""

@@ -180,3 +180,100 @@ def test_truncated_checkpoint_is_refused(checkpoint_file):
     checkpoint_file.write_bytes(data[: len(data) // 3])
     with pytest.raises(ValueError, match="cannot read GMM-VAE checkpoint .* corrupted, truncated"):
         load_checkpoint(checkpoint_file)
+
+
+# -- loaded values checked for sense (issue 21, finding 8) -----------------------------------
+# A re-sealed file passes the hash (it is no signature), so every loader checks what it
+# reads: the keys its writer writes, the kind of every value, finite float tensors.
+def one_line(err: BaseException) -> str:
+    text = str(err)
+    assert "\n" not in text, text
+    return text
+
+
+def first_key(tensors: dict) -> str:
+    return next(k for k, v in tensors.items() if v.is_floating_point())
+
+
+def test_onboard_refuses_a_resealed_run_with_nan_weights(run_file, tmp_path, capsys):
+    payload = torch.load(run_file, weights_only=True)
+    key = first_key(payload["cluster_states"])
+    payload["cluster_states"][key].view(-1)[0] = float("nan")
+    torch.save(seal(payload), run_file)
+    with pytest.raises(ValueError) as err:
+        load_run(run_file)
+    assert f"cluster_states[{key!r}] holds NaN or Inf; restore the original" in one_line(err.value)
+    images = tmp_path / "client.npy"
+    np.save(images, np.random.default_rng(0).random((20, *SHAPE), dtype=np.float32))
+    out = tmp_path / "client.model.pt"
+    assert onboard.main([str(run_file), "--images", str(images), "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "holds NaN or Inf" in lines[0] and not out.exists()
+
+
+def _tensor_to_str(p):
+    p["cluster_states"][first_key(p["cluster_states"])] = "not a tensor"
+
+
+def _extra_tensor_key(p):
+    p["cluster_states"]["extra"] = 5
+
+
+@pytest.mark.parametrize(
+    ("tamper", "reseal", "message"),
+    [
+        (lambda p: p.__setitem__("extra", b"\x00"), False, r"holds 'extra', which this format"),
+        (lambda p: p.__setitem__("extra", {1, 2}), False, r"holds 'extra', which this format"),
+        (lambda p: p["settings"].__setitem__("x", b"\x00"), False, r"not written by ripple-flwr"),
+        (_tensor_to_str, True, r"cluster_states\['.*'\] is a str, expected a tensor"),
+        (_extra_tensor_key, True, r"cluster_states\['extra'\] is an int, expected a tensor"),
+        (lambda p: p.__setitem__("image_shape", "1x28x28"), True, r"image_shape is a str"),
+        (lambda p: p.__setitem__("num_classes", 10.0), True, r"num_classes is a float"),
+        (lambda p: p.pop("router"), True, r"it lacks 'router'"),
+    ],
+)
+def test_saved_run_with_values_no_writer_produces_is_refused_in_one_line(
+    run_file, tamper, reseal, message
+):
+    payload = torch.load(run_file, weights_only=True)
+    tamper(payload)
+    torch.save(seal(payload) if reseal else payload, run_file)
+    with pytest.raises(ValueError) as err:
+        load_run(run_file)
+    text = one_line(err.value)
+    assert re.search(message, text) and str(run_file) in text and "re-create it" in text, text
+
+
+def _state_nan(p):
+    p["state_dict"][first_key(p["state_dict"])].view(-1)[0] = float("inf")
+
+
+def _state_shape(p):
+    key = first_key(p["state_dict"])
+    p["state_dict"][key] = torch.zeros(3, 3)
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        (_state_nan, r"state_dict\['.*'\] holds NaN or Inf"),
+        (lambda p: p["component_means"].view(-1).__setitem__(0, float("nan")), "holds NaN"),
+        (lambda p: p.__setitem__("component_means", "means"), "component_means is a str"),
+        (lambda p: p.__setitem__("extra", 1), "holds 'extra', which this format"),
+        (_state_shape, r"state_dict\['.*'\] is torch.float32 \(3, 3\), the config needs"),
+        # Absurd sizes are refused from the shapes alone, before anything is allocated.
+        (lambda p: p["vae_config"].__setitem__("hidden", [10**7, 10**7]), "the config needs"),
+        (lambda p: p["vae_config"].__setitem__("hidden", "wide"), "not a GMM-VAE configuration"),
+        (lambda p: p["state_dict"].__setitem__("x", torch.zeros(1)), "holds 'x', no GMM-VAE key"),
+    ],
+)
+def test_resealed_checkpoint_with_bad_values_is_refused_in_one_line(
+    checkpoint_file, tamper, message
+):
+    payload = torch.load(checkpoint_file, weights_only=True)
+    tamper(payload)
+    torch.save(seal(payload), checkpoint_file)
+    with pytest.raises(ValueError) as err:
+        load_checkpoint(checkpoint_file)
+    text = one_line(err.value)
+    assert re.search(message, text) and "pretrain_vae.py --output" in text, text

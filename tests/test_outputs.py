@@ -106,3 +106,101 @@ def test_onboard_refuses_an_output_that_is_one_of_its_inputs(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "write the output elsewhere" in err, err
     assert run.read_bytes() == b"saved run" and images.read_bytes() == b"images"
+
+
+# -- server paths a run config names: no probing, no folders anywhere (issue 21, finding 6) --------
+@pytest.fixture
+def machine(root, tmp_path, monkeypatch):
+    """The server's folders: output ``root``, cache root; no extra checkpoint folder."""
+    cache = tmp_path / "machine-cache"
+    monkeypatch.setenv("RIPPLE_CACHE_DIR", str(cache))
+    monkeypatch.delenv("RIPPLE_CHECKPOINT_DIR", raising=False)
+    return {"out": root, "cache": cache}
+
+
+def checkpoint_error(path) -> str:
+    from ripple_flwr.app.server import resolve_checkpoint
+
+    with pytest.raises(ConfigError) as err:
+        resolve_checkpoint(settings(checkpoint=str(path)), (1, 28, 28))
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_a_checkpoint_outside_the_allowed_folders_is_refused_alike_whether_it_exists(
+    machine, tmp_path
+):
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    absent = checkpoint_error(secret / "key.pt")
+    (secret / "key.pt").write_bytes(b"private")
+    assert checkpoint_error(secret / "key.pt") == absent  # nothing learnt from the answer
+    (secret / "key.pt").chmod(0)
+    assert checkpoint_error(secret / "key.pt") == absent
+    assert "checkpoint=" in absent and "outside the folders it may name" in absent
+    assert "RIPPLE_CHECKPOINT_DIR" in absent and str(machine["out"]) in absent
+    # A detour through a folder that does or does not exist reads the same file.
+    inside = machine["out"] / "gmm.pt"
+    detours = [
+        f"{d}/{'../' * (len(d.parts) - 1)}{inside.relative_to('/')}"
+        for d in (secret, tmp_path / "nope")
+    ]
+    through = [checkpoint_error(d) for d in detours]
+    assert through[0] == through[1] and "not found" in through[0], through
+    # Inside an allowed folder "not found" is fine, a link there may not lead out.
+    assert "not found" in checkpoint_error(machine["out"] / "missing.pt")
+    (machine["out"] / "link.pt").symlink_to(secret / "key.pt")
+    assert "outside the folders it may name" in checkpoint_error(machine["out"] / "link.pt")
+
+
+def test_a_checkpoint_may_lie_in_the_cache_root_or_the_checkpoint_folder(
+    machine, tmp_path, monkeypatch
+):
+    from ripple_flwr.runs.outputs import confined_checkpoint
+
+    shelf = tmp_path / "shelf"
+    for allowed in (machine["out"] / "a.pt", machine["cache"] / "checkpoints" / "b.pt"):
+        assert confined_checkpoint(settings(checkpoint=str(allowed))) == allowed.resolve()
+    with pytest.raises(ConfigError, match="outside the folders"):
+        confined_checkpoint(settings(checkpoint=str(shelf / "c.pt")))
+    monkeypatch.setenv("RIPPLE_CHECKPOINT_DIR", str(shelf))
+    assert confined_checkpoint(settings(checkpoint=str(shelf / "c.pt"))) == shelf / "c.pt"
+
+
+def test_run_server_refuses_a_checkpoint_outside_before_any_work(machine, tmp_path):
+    cfg = {
+        "num-partitions": 2,
+        "clients-per-round": 2,
+        "checkpoint": str(tmp_path / "elsewhere.pt"),
+        "results-path": str(machine["out"] / "r.json"),
+    }
+    with pytest.raises(ConfigError, match="checkpoint=.* is outside the folders it may name"):
+        run_server(grid=None, run_config=cfg)  # no grid needed: it stops first
+
+
+def test_a_resume_file_outside_the_output_folder_is_refused(machine, tmp_path):
+    cfg = {"resume": str(tmp_path / "x.resume.npz"), "results-path": str(machine["out"] / "r.json")}
+    with pytest.raises(ConfigError, match="resume=.* is outside the folders it may name"):
+        run_server(grid=None, run_config=cfg)
+
+
+def test_cache_dir_is_confined_on_server_and_client_alike(machine, tmp_path):
+    from ripple_flwr.app.run_config import parse_run_config, settings_from_context
+
+    outside = tmp_path / "anywhere" / "cache"
+    for parse in (parse_run_config, settings_from_context):  # the ServerApp's, the ClientApp's
+        with pytest.raises(ConfigError) as err:
+            parse({"cache-dir": str(outside)})
+        text = str(err.value)
+        assert "\n" not in text and text.startswith("cache-dir=") and "RIPPLE_CACHE_DIR" in text
+    assert not outside.parent.exists()  # refused before any folder was made
+    for inside in (machine["out"] / "cache", machine["cache"] / "runs" / "a", "~/../../etc"):
+        if isinstance(inside, str):
+            with pytest.raises(ConfigError, match="cache-dir="):
+                parse_run_config({"cache-dir": inside})
+        else:
+            assert parse_run_config({"cache-dir": str(inside)}).cache_dir == str(inside)
+    run = {"cache-dir": str(outside), "results-path": str(machine["out"] / "r.json")}
+    with pytest.raises(ConfigError, match="cache-dir="):
+        run_server(grid=None, run_config=run)
+    assert not outside.parent.exists()

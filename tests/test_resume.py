@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from conftest import FakeGrid, tiny_run_config
 
 from ripple_flwr.app.registry import METHODS
 from ripple_flwr.app.server import run_server
+from ripple_flwr.io.integrity import IntegrityError
 from ripple_flwr.runs.resume import decode, encode, load_server_state, save_server_state
 from ripple_flwr.settings import ConfigError
 
@@ -124,8 +126,8 @@ def test_encode_decode_round_trip(tmp_path):
     back = decode(json.loads(json.dumps(skeleton)), arrays)
     assert back[7][:4] == [None, True, 2.5, "x"] and back["rng"] == state["rng"]
     np.testing.assert_array_equal(back["a"], state["a"])
-    path = save_server_state(tmp_path / "s.npz", state)
-    again = load_server_state(path)
+    path = save_server_state(tmp_path / "s.npz", {**small_state(), "fields": state})
+    again = load_server_state(path)["fields"]
     np.testing.assert_array_equal(again[7][4]["w"], np.ones(2, np.float32))
     with pytest.raises(TypeError, match="cannot checkpoint a object"):
         encode({"x": object()}, {})
@@ -172,3 +174,61 @@ def test_a_finished_run_onboards_other_new_clients_without_training_again(
     none_left = cfg("none", resume=str(tmp_path / "a1.resume.npz"), **{"new-clients": 0})
     with pytest.raises(ConfigError, match="nothing left to run"):
         run_server(FakeGrid(none_left), none_left)
+
+
+# -- a resume file checked for sense (issue 21, finding 8) -------------------------------------
+def small_state() -> dict:
+    """What a server's state holds, small: the seven keys, one model array among the fields."""
+    return {
+        "round": 2,
+        "method": "fedavg",
+        "settings": {"seed": 0},
+        "rng": np.random.default_rng(0).bit_generator.state,
+        "ledger": {"rounds": [{"train_loss": float("nan")}]},  # a round nobody answered
+        "roster": {},
+        "fields": {"latest_global": {"w": np.ones((2, 3), np.float32)}},
+    }
+
+
+def _nan_weight(state):
+    state["fields"]["latest_global"]["w"][0, 0] = np.nan
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        (_nan_weight, r"array 'a0' holds NaN or Inf"),
+        (lambda s: s.__setitem__("extra", 1), r"holds 'extra', which this format does not"),
+        (lambda s: s.pop("fields"), r"it lacks 'fields'"),
+        (lambda s: s.__setitem__("round", "2"), r"round is a str, expected int"),
+        (lambda s: s.__setitem__("fields", [1]), r"fields is a list, expected dict"),
+        (lambda s: s["fields"].__setitem__("w", np.array(["x"])), r"is <U1, not a number"),
+    ],
+)
+def test_a_resealed_resume_file_that_makes_no_sense_is_refused(tmp_path, tamper, message):
+    path = tmp_path / "run.resume.npz"
+    assert load_server_state(save_server_state(path, small_state()))["round"] == 2  # NaN loss ok
+    state = small_state()
+    tamper(state)
+    save_server_state(path, state)  # the writer seals it again
+    with pytest.raises(IntegrityError) as err:
+        load_server_state(path)
+    text = str(err.value)
+    assert "\n" not in text and re.search(message, text) and str(path) in text, text
+    assert text.endswith("resume from an earlier copy or start the run again"), text
+
+
+def test_an_empty_resume_file_is_refused_in_one_line(cache_dir, tmp_path):
+    path = tmp_path / "empty.resume.npz"
+    path.write_bytes(b"")
+    with pytest.raises(IntegrityError, match=r"empty\.resume\.npz: the file is empty \(0 bytes\)"):
+        load_server_state(path)
+    cfg = tiny_run_config(
+        cache_dir, **{"resume": str(path), "results-path": str(tmp_path / "r.json")}
+    )
+    with pytest.raises(ConfigError, match="the file is empty") as err:
+        run_server(FakeGrid(cfg), cfg)
+    assert "\n" not in str(err.value)
+    path.write_bytes(b"PK\x03\x04")  # a zip header and nothing else
+    with pytest.raises(IntegrityError, match="not a readable server checkpoint"):
+        load_server_state(path)

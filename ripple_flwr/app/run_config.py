@@ -17,6 +17,7 @@ from ripple_flwr.data import available_datasets, image_shape_of
 from ripple_flwr.data.registry import RESIZABLE_DATASETS
 from ripple_flwr.privacy.mechanism import check_dp_params
 from ripple_flwr.router.pretrain import run_embed_size
+from ripple_flwr.runs.outputs import confined_cache_dir
 from ripple_flwr.settings import ConfigError, RunSettings
 from ripple_flwr.training.models import available_models
 from ripple_flwr.wst.embedder import validate_scattering
@@ -65,6 +66,7 @@ def check_run(settings: RunSettings) -> None:
             f"refine='hdb' clusters Ripple's routing weights; method={settings.method!r} has "
             f"none. Use method={' or '.join(repr(m) for m in with_w)}, or refine='none'."
         )
+    confined_cache_dir(settings)  # on the server and on every client, each by its own machine
     _choice("dataset", settings.dataset.strip().lower(), available_datasets())
     _choice("model", settings.model, available_models())
     for opt in spec.options:

@@ -34,7 +34,12 @@ from ripple_flwr.router.pretrain import (
     pretrain_settings_for,
 )
 from ripple_flwr.router.synthetic import BANK_FORMAT_VERSION
-from ripple_flwr.runs.outputs import confined_results_path, output_root
+from ripple_flwr.runs.outputs import (
+    confined_checkpoint,
+    confined_path,
+    confined_results_path,
+    output_folder,
+)
 from ripple_flwr.runs.results import tail_mean, write_results
 from ripple_flwr.runs.resume import load_server_state
 from ripple_flwr.settings import ConfigError, RunSettings
@@ -71,11 +76,11 @@ def resolve_checkpoint(
         embedding_dim(image_shape, settings.J, settings.L, ps.embed_size or None),
         classes,
     )
-    if settings.checkpoint:
-        path = Path(settings.checkpoint).expanduser()
+    path = confined_checkpoint(settings)
+    if path is not None:
         try:
             ckpt = load_checkpoint(path, expected)
-        except ValueError as err:
+        except (FileNotFoundError, ValueError) as err:
             raise ConfigError(str(err)) from err
         return ckpt, {"checkpoint": str(path), "source": "config"}
     path = checkpoint_cache_path(settings)
@@ -216,11 +221,12 @@ RESUME_MAY_CHANGE = (
 
 def load_resume_state(settings: RunSettings) -> dict[str, Any]:
     """The server state to resume from, checked against this run before any work."""
-    path = Path(settings.resume).expanduser().resolve()
-    if not path.is_relative_to(output_root()):
-        raise ConfigError(
-            f"resume={settings.resume!r} is outside the server's output folder {output_root()}"
-        )
+    path = confined_path(
+        "resume",
+        settings.resume,
+        [output_folder()],
+        "resume from the <results>.resume.npz a run wrote there",
+    )
     try:
         state = load_server_state(path)
     except (FileNotFoundError, IntegrityError) as err:
@@ -312,6 +318,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     settings = parse_run_config(run_config)
     log.info("Ripple run: %s", json.dumps(settings.to_dict()))
     results_path = confined_results_path(settings)  # before any work
+    confined_checkpoint(settings)  # (cache-dir: parse_run_config, on clients too)
     saved_state = load_resume_state(settings) if settings.resume else None
 
     pretrained = pretrained_report(settings)
@@ -338,7 +345,10 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
         strategy.checkpoint_path = results_path.with_suffix(".resume.npz")
     if saved_state is not None:
         strategy.prepare(grid)  # this process's query round: who is connected now
-        strategy.restore_server_state(saved_state)
+        try:
+            strategy.restore_server_state(saved_state)
+        except (ValueError, TypeError, KeyError) as err:  # a state this run cannot continue
+            raise ConfigError(f"cannot resume from {settings.resume}: {err}") from err
         state = saved_state["fields"].get("latest_global") or state
         log.info("resumed after round %d from %s", strategy.round_offset, settings.resume)
     result = strategy.start(

@@ -93,7 +93,10 @@ def verify(payload: Mapping[str, Any], what: str, how_to_fix: str) -> bool:
     stored = payload.get(HASH_KEY)
     if stored is None:
         return False
-    actual = content_sha256(payload)
+    try:
+        actual = content_sha256(payload)
+    except TypeError as err:  # a value no writer here produces (bytes, a dtype, a set ...)
+        raise IntegrityError(f"{what} was not written by ripple-flwr: {err}; {how_to_fix}") from err
     if not isinstance(stored, str) or stored != actual:
         shown = stored[:12] if isinstance(stored, str) else repr(stored)
         raise IntegrityError(

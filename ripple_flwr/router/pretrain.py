@@ -31,7 +31,8 @@ from ripple_flwr.data.base import classes_hash
 from ripple_flwr.data.federation import natural_aux
 from ripple_flwr.data.local import local_dataset
 from ripple_flwr.data.registry import embed_size_of
-from ripple_flwr.io.integrity import seal, verify
+from ripple_flwr.io.checks import FileCheck
+from ripple_flwr.io.integrity import HASH_KEY, seal, verify
 from ripple_flwr.io.jsonable import to_jsonable
 from ripple_flwr.router.routers import GMMVAERouter, MeanUnmixingRouter, UniformRouter, routing_l1
 from ripple_flwr.router.synthetic import BankSettings, SyntheticBank, cached_bank
@@ -58,6 +59,8 @@ MATCHING_KEYS = (
 )
 # Keys that checkpoints written before them lack: not compared there.
 NEWER_KEYS = ("classes", "embed_size")
+# What save_checkpoint writes (and the content hash beside it).
+_CHECKPOINT_KEYS = ("state_dict", "component_means", "vae_config", "settings")
 
 
 # Batch a device trains with unless ``device_batch`` says otherwise. A GPU step is
@@ -467,18 +470,49 @@ def load_checkpoint(
     for key in ("state_dict", "component_means", "vae_config", "settings"):
         if key not in payload:
             raise ValueError(f"{path} is not a ripple-flwr GMM-VAE checkpoint (missing {key!r})")
+    check = FileCheck(f"GMM-VAE checkpoint {path}", recreate)
+    check.keys(payload, _CHECKPOINT_KEYS, optional=(HASH_KEY,))
     if not verify(payload, f"GMM-VAE checkpoint {path}", recreate) and not allow_unverified:
         raise ValueError(
             f"GMM-VAE checkpoint {path} carries no content hash (written before checkpoints "
             f"had one), so it cannot be checked for corruption; {recreate}"
         )
-    settings = payload["settings"]
+    settings = check.kind(payload["settings"], dict, "settings")
     if expected is not None:
         check_settings(settings, expected)
-    model = GMMVAE(GMMVAEConfig.from_dict(payload["vae_config"]))
-    model.load_state_dict(payload["state_dict"])
-    model.eval()
+    model = _checked_model(payload, check)
     return Checkpoint(model, payload["component_means"].numpy(), settings)
+
+
+def _checked_model(payload: dict, check: FileCheck) -> GMMVAE:
+    """The checkpoint's GMM-VAE, once every tensor is finite and of the shape its config says.
+
+    The shapes are compared on a model built on the ``meta`` device (no memory), so a
+    config edited to absurd sizes is refused before anything is allocated.
+    """
+    state = check.tensors(payload["state_dict"], "state_dict")
+    means = check.tensor(payload["component_means"], "component_means", floating=True)
+    try:
+        config = GMMVAEConfig.from_dict(check.kind(payload["vae_config"], dict, "vae_config"))
+        with torch.device("meta"):
+            expected = GMMVAE(config).state_dict()
+    except (TypeError, ValueError, KeyError) as err:
+        check.fail(f"vae_config is not a GMM-VAE configuration ({err})")
+    for key, ref in expected.items():
+        got = state.get(key)
+        if got is None or got.shape != ref.shape or got.dtype != ref.dtype:
+            found = "missing" if got is None else f"{got.dtype} {tuple(got.shape)}"
+            check.fail(f"state_dict[{key!r}] is {found}, the config needs {tuple(ref.shape)}")
+    if set(state) != set(expected):
+        check.fail(f"state_dict holds {sorted(set(state) - set(expected))[0]!r}, no GMM-VAE key")
+    if means.ndim != 2 or means.shape[0] != config.num_components:
+        check.fail(
+            f"component_means has shape {tuple(means.shape)}, expected "
+            f"({config.num_components}, pixels)"
+        )
+    model = GMMVAE(config)
+    model.load_state_dict(state)
+    return model.eval()
 
 
 # -- the whole job -----------------------------------------------------------------------

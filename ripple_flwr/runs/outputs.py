@@ -1,21 +1,31 @@
-"""Where the ServerApp may write: one output folder, chosen by whoever runs the server.
+"""Where a run may write and read: folders chosen by whoever runs the process, not the run.
 
 In a deployment the run config is written by whoever submits the run, but
 the ServerApp writes on the SuperLink's machine; so ``results-path`` may
 only name a file inside ``$RIPPLE_OUTPUT_DIR`` (default: ``outputs`` under
 the server process's working folder), and an existing results file is kept
 unless the run says ``overwrite-results = true``. Checked before any work.
+
+The paths a run config names on the server's disk are confined the same way, so a
+submitter can neither write folders anywhere nor probe which files exist: ``cache-dir``
+must lie inside the output folder or this machine's cache root (``$RIPPLE_CACHE_DIR``,
+else ``~/.cache/ripple-flwr``; the ClientApp checks it against its own machine's),
+``checkpoint`` inside those or ``$RIPPLE_CHECKPOINT_DIR``, ``resume`` inside the output
+folder. A path outside is refused from its text alone, before anything is looked up, with
+one message whether or not the file exists.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from ripple_flwr.runs.results import default_results_path
-from ripple_flwr.settings import ConfigError, RunSettings
+from ripple_flwr.settings import CACHE_DIR_ENV, ConfigError, RunSettings, machine_cache_root
 
 OUTPUT_DIR_ENV = "RIPPLE_OUTPUT_DIR"
+CHECKPOINT_DIR_ENV = "RIPPLE_CHECKPOINT_DIR"  # one more folder checkpoint= may name
 # Written beside the results file; each is kept unless the run says overwrite-results = true.
 SIDE_FILES = (".png", ".assignment.png", ".run.pt", ".resume.npz")
 # Folders an output folder may not be (nor lie in): the filesystem's own.
@@ -33,9 +43,14 @@ SYSTEM_FOLDERS = (
 )
 
 
+def output_folder() -> Path:
+    """``$RIPPLE_OUTPUT_DIR``, else ``outputs``, as given (:func:`output_root` resolves it)."""
+    return Path(os.environ.get(OUTPUT_DIR_ENV) or "outputs")
+
+
 def output_root() -> Path:
     """``$RIPPLE_OUTPUT_DIR``, else ``./outputs`` of the server process (resolved)."""
-    return Path(os.environ.get(OUTPUT_DIR_ENV) or "outputs").expanduser().resolve()
+    return output_folder().expanduser().resolve()
 
 
 def confined_results_path(settings: RunSettings) -> Path:
@@ -87,3 +102,58 @@ def confined_results_path(settings: RunSettings) -> Path:
             ".resume.npz beside it)"
         )
     return path
+
+
+def confined_path(option: str, raw: str, roots: Sequence[Path], fix: str) -> Path:
+    """``raw`` resolved, if it lies in one of ``roots``; else a :class:`ConfigError`.
+
+    Decided from the text first (``~`` expanded, made absolute against the working
+    folder, ``..`` folded), so a path outside is refused before the filesystem is asked
+    anything and the message is the same whether or not it exists; a path inside must
+    still resolve inside (a link there may not lead out).
+    """
+    lexical = Path(os.path.normpath(Path(raw).expanduser().absolute()))
+    resolved_roots = [r.expanduser().resolve() for r in roots]
+    forms = [*(Path(os.path.normpath(r.expanduser().absolute())) for r in roots), *resolved_roots]
+    if any(lexical.is_relative_to(f) for f in forms):
+        path = lexical.resolve()
+        if any(path.is_relative_to(r) for r in resolved_roots):
+            return path
+    where = " or ".join(str(r) for r in resolved_roots)
+    raise ConfigError(f"{option}={raw!r} is outside the folders it may name ({where}); {fix}")
+
+
+def confined_cache_dir(settings: RunSettings) -> Path | None:
+    """The run's ``cache-dir`` resolved (``None`` if unset), or a :class:`ConfigError`.
+
+    It must lie inside the output folder or this machine's cache root: the ServerApp and
+    every ClientApp check it (through the run-config check both call) on their own machine.
+    """
+    if not settings.cache_dir:
+        return None
+    return confined_path(
+        "cache-dir",
+        settings.cache_dir,
+        [output_folder(), machine_cache_root()],
+        f'leave cache-dir="" (the machine\'s own cache), name a folder inside these, or, on '
+        f"the machine, set {CACHE_DIR_ENV} or {OUTPUT_DIR_ENV} to one that holds it",
+    )
+
+
+def confined_checkpoint(settings: RunSettings) -> Path | None:
+    """The run's ``checkpoint`` resolved (``None`` if unset), or a :class:`ConfigError`.
+
+    Allowed: the output folder, the server's cache root, and ``$RIPPLE_CHECKPOINT_DIR``.
+    """
+    if not settings.checkpoint:
+        return None
+    roots = [output_folder(), machine_cache_root()]
+    if os.environ.get(CHECKPOINT_DIR_ENV):
+        roots.append(Path(os.environ[CHECKPOINT_DIR_ENV]))
+    return confined_path(
+        "checkpoint",
+        settings.checkpoint,
+        roots,
+        f"put the GMM-VAE checkpoint in one of them, or, on the server's machine, set "
+        f"{CHECKPOINT_DIR_ENV} to the folder that holds it",
+    )

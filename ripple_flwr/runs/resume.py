@@ -16,9 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from ripple_flwr.io.checks import FileCheck
 from ripple_flwr.io.integrity import HASH_KEY, IntegrityError, content_sha256
 
 FORMAT_VERSION = 1
+# What a server's state holds (AppStrategy.server_state); nothing else is read.
+STATE_KEYS = ("round", "method", "settings", "rng", "ledger", "roster", "fields")
+_FIX = "resume from an earlier copy or start the run again"
 
 
 def encode(value: Any, arrays: dict[str, np.ndarray]) -> Any:
@@ -69,36 +73,74 @@ def save_server_state(path: str | Path, state: dict[str, Any]) -> Path:
 
 
 def load_server_state(path: str | Path) -> dict[str, Any]:
-    """The state :func:`save_server_state` wrote, checked against its hash."""
+    """The state :func:`save_server_state` wrote, checked against its hash and for sense.
+
+    Every array must be numeric and finite and the state must hold exactly the keys a
+    server writes; anything else is an :class:`IntegrityError` (one line, naming the file).
+    JSON numbers may be NaN (a round nobody answered has no training loss); the method's
+    own fields are checked against a fresh strategy when they are restored.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
             f"no server checkpoint at {path}; a run writes one beside its results file "
             "(<results>.resume.npz) every checkpoint-every rounds"
         )
+    check = FileCheck(f"server checkpoint {path}", _FIX, IntegrityError)
+    if path.stat().st_size == 0:
+        check.fail("the file is empty (0 bytes)")
     try:
         with np.load(path, allow_pickle=False) as npz:
             files = {k: npz[k] for k in npz.files}
-    except (ValueError, OSError, zipfile.BadZipFile) as err:  # truncated, flipped bytes
-        raise IntegrityError(f"{path} is not a readable server checkpoint: {err}") from err
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:  # truncated, flipped
+        raise IntegrityError(f"{path} is not a readable server checkpoint ({err}); {_FIX}") from err
     if "__skeleton__" not in files or "__sha256__" not in files:
-        raise IntegrityError(f"{path} is not a ripple-flwr server checkpoint")
-    skeleton = files.pop("__skeleton__").tobytes().decode()
-    stored = files.pop("__sha256__").tobytes().decode()
+        raise IntegrityError(f"{path} is not a ripple-flwr server checkpoint; {_FIX}")
+    try:
+        skeleton = files.pop("__skeleton__").tobytes().decode()
+        stored = files.pop("__sha256__").tobytes().decode()
+    except UnicodeDecodeError as err:
+        raise IntegrityError(f"{path} is not a ripple-flwr server checkpoint; {_FIX}") from err
     actual = content_sha256({"skeleton": skeleton, "arrays": files})
     if actual != stored:
         raise IntegrityError(
             f"server checkpoint {path} is corrupted or was modified after it was written "
-            f"(content sha256 {actual[:12]}..., recorded {stored[:12]}...); resume from an "
-            "earlier copy or start the run again"
+            f"(content sha256 {actual[:12]}..., recorded {stored[:12]}...); {_FIX}"
         )
-    body = json.loads(skeleton)
+    return _checked_state(skeleton, files, check, path)
+
+
+def _checked_state(
+    skeleton: str, arrays: dict[str, np.ndarray], check: FileCheck, path: Path
+) -> dict[str, Any]:
+    """The decoded state of a checkpoint whose hash matched, refused unless it makes sense."""
+    for name, array in arrays.items():
+        if array.dtype.kind not in "biuf":
+            check.fail(f"array {name!r} is {array.dtype}, not a number type")
+        check.finite(array, f"array {name!r}")
+    try:
+        body = json.loads(skeleton)
+    except ValueError as err:  # json.JSONDecodeError
+        check.fail(f"its skeleton is not valid JSON ({err})")
+    check.kind(body, dict, "its skeleton")
     if body.get("version") != FORMAT_VERSION:
         raise IntegrityError(
-            f"{path} has checkpoint format {body.get('version')}, "
+            f"{path} has checkpoint format {body.get('version')!r}, "
             f"this version reads {FORMAT_VERSION}"
         )
-    return decode(body["state"], files)
+    try:
+        state = decode(body["state"], arrays)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        check.fail(f"its skeleton does not decode ({type(err).__name__}: {err})")
+    check.kind(state, dict, "the state")
+    check.keys(state, STATE_KEYS)
+    round_done = check.kind(state["round"], int, "round")
+    if round_done < 0:
+        check.fail(f"round is {round_done}, expected >= 0")
+    check.kind(state["method"], str, "method")
+    for key in ("settings", "rng", "ledger", "roster", "fields"):
+        check.kind(state[key], dict, key)
+    return state
 
 
-__all__ = ["HASH_KEY", "decode", "encode", "load_server_state", "save_server_state"]
+__all__ = ["HASH_KEY", "STATE_KEYS", "decode", "encode", "load_server_state", "save_server_state"]

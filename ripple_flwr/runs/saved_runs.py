@@ -40,7 +40,8 @@ import torch
 
 from ripple_flwr.aggregation.hdb import collapse_weights
 from ripple_flwr.aggregation.mixing import mix_model, mix_stacked, unstack
-from ripple_flwr.io.integrity import IntegrityError, seal, verify
+from ripple_flwr.io.checks import FileCheck
+from ripple_flwr.io.integrity import HASH_KEY, IntegrityError, seal, verify
 from ripple_flwr.io.jsonable import to_jsonable
 from ripple_flwr.router.pretrain import load_checkpoint, resolve_device
 from ripple_flwr.training.models import build_model, set_state
@@ -71,6 +72,20 @@ _HOW_TO_GET_ONE = (
 _RECREATE = (
     "restore the original file, or re-create it by running the federation again (a run "
     "saves <results>.run.pt when it finishes)"
+)
+# What save_run writes (and the content hash beside it).
+_KEYS = (
+    "format",
+    "version",
+    "cluster_states",
+    "model",
+    "image_shape",
+    "num_classes",
+    "router",
+    "router_checkpoint",
+    "router_sha256",
+    "component_map",
+    "settings",
 )
 # Pixels outside [0, 1] by more than this are taken as unscaled data.
 _RANGE_TOL = 1e-3
@@ -264,6 +279,8 @@ def load_run(path: str | Path, *, allow_unverified: bool = False) -> SavedRun:
                 "which points to its checkpoint)"
             )
         raise ValueError(f"{path} is not a ripple-flwr saved run{hint}; {_HOW_TO_GET_ONE}")
+    check = FileCheck(f"saved run {path}", _RECREATE)
+    check.keys(payload, _KEYS, optional=(HASH_KEY,))
     version = payload.get("version")
     if version == _UNHASHED_VERSION:
         if not allow_unverified:
@@ -284,23 +301,36 @@ def load_run(path: str | Path, *, allow_unverified: bool = False) -> SavedRun:
             f"saved run {path} is corrupted or was modified: its content hash is missing; "
             + _RECREATE
         )
+    fields = _checked_fields(payload, check)
     try:
-        cmap = payload["component_map"]
-        return SavedRun(
-            cluster_states={k: v.numpy() for k, v in payload["cluster_states"].items()},
-            model=payload["model"],
-            image_shape=tuple(payload["image_shape"]),
-            num_classes=payload["num_classes"],
-            router=payload["router"],
-            router_checkpoint=payload["router_checkpoint"],
-            router_sha256=payload["router_sha256"],
-            component_map=None if cmap is None else cmap.numpy(),
-            settings=payload["settings"],
-        )
-    except KeyError as err:
-        raise ValueError(f"saved run {path} lacks {err}; the file is incomplete") from err
-    except (ValueError, TypeError, AttributeError) as err:
-        raise ValueError(f"saved run {path} is inconsistent: {err}") from err
+        return SavedRun(**fields)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"saved run {path} is inconsistent: {err}; {_RECREATE}") from err
+
+
+def _checked_fields(payload: dict[str, Any], check: FileCheck) -> dict[str, Any]:
+    """The :class:`SavedRun` fields of a loaded payload, each of the kind :func:`save_run` writes.
+
+    Float tensors must be finite: a run never saves a NaN model (its update bound refuses
+    one), so a NaN here was put there after the run.
+    """
+    states = check.tensors(payload["cluster_states"], "cluster_states")
+    cmap = payload["component_map"]
+    if cmap is not None:
+        check.tensor(cmap, "component_map")
+    for key in ("model", "router", "router_checkpoint", "router_sha256"):
+        check.kind(payload[key], str, key)
+    return {
+        "cluster_states": {k: v.numpy() for k, v in states.items()},
+        "model": payload["model"],
+        "image_shape": tuple(check.int_list(payload["image_shape"], "image_shape", 3)),
+        "num_classes": check.kind(payload["num_classes"], int, "num_classes"),
+        "router": payload["router"],
+        "router_checkpoint": payload["router_checkpoint"],
+        "router_sha256": payload["router_sha256"],
+        "component_map": None if cmap is None else cmap.numpy(),
+        "settings": check.kind(payload["settings"], dict, "settings"),
+    }
 
 
 # -- onboarding ----------------------------------------------------------------------------

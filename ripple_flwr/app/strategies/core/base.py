@@ -60,7 +60,8 @@ from ripple_flwr.app.strategies.core.replies import (
     collect_evaluations,
     state_reference,
 )
-from ripple_flwr.app.strategies.core.state import from_plain, to_plain
+from ripple_flwr.app.strategies.core.restore import restored_fields
+from ripple_flwr.app.strategies.core.state import to_plain
 from ripple_flwr.runs.results import message_nbytes
 from ripple_flwr.runs.resume import save_server_state
 from ripple_flwr.settings import Option, RunSettings
@@ -596,14 +597,15 @@ class AppStrategy(Strategy):
         The saved clients keep their rows (partition order); their node ids
         come from this process's query round, so restarted SuperNodes are found.
         """
+        fields = restored_fields(self, state["fields"])  # declared and of their kind, or refused
         fresh = {
             p: n for p, n in zip(self.clients.partition_ids, self.clients.node_ids, strict=True)
         }
         self.roster.restore(state["roster"], fresh)
         self.rng.bit_generator.state = state["rng"]
         self.ledger = Ledger.from_dict(state["ledger"])
-        for name, value in state["fields"].items():
-            setattr(self, name, from_plain(value))
+        for name, value in fields.items():
+            setattr(self, name, value)
         self.round_offset = int(state["round"])
 
     def maybe_checkpoint(self, server_round: int) -> None:

@@ -130,9 +130,22 @@ class ClusterModels(ServerModels):
         return kept
 
     def restore_server_state(self, state: dict[str, Any]) -> None:
+        """The base's restore (each field of its kind), then what ties the fields together."""
         super().restore_server_state(state)
         self.assignment = np.asarray(self.assignment, dtype=np.int64)
         self._records = None
+        rows, k = len(self.assignment), len(self.models)
+        if k < 1 or (rows and not 0 <= self.assignment.min() <= self.assignment.max() < k):
+            raise ValueError(
+                f"the saved assignment names clusters outside the {k} saved models; resume "
+                "from a <results>.resume.npz this method wrote, or start the run again"
+            )
+        if len(self.latest) != rows or len(self.has_latest) != rows:
+            raise ValueError(
+                f"the saved latest vectors ({len(self.latest)}, {len(self.has_latest)}) do not "
+                f"match the {rows} assigned clients; resume from a <results>.resume.npz this "
+                "method wrote, or start the run again"
+            )
 
     def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list:
         """Each sampled client trains its own cluster's model."""

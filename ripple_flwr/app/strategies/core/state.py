@@ -19,6 +19,7 @@ from ripple_flwr.app.records import record_to_state, state_to_record
 _RECORD_TAG = "__arrayrecord__"
 _GENERATOR_TAG = "__generator__"
 _PLAIN = (bool, int, float, str, type(None), np.ndarray, np.generic)
+_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
 
 
 def to_plain(name: str, value: Any) -> Any:
@@ -47,6 +48,8 @@ def from_plain(value: Any) -> Any:
             return state_to_record(value[_RECORD_TAG])
         if set(value) == {_GENERATOR_TAG}:
             state = value[_GENERATOR_TAG]
+            if state["bit_generator"] not in _BIT_GENERATORS:  # never call another np.random name
+                raise ValueError(f"{state['bit_generator']!r} is not a numpy bit generator")
             bit_generator = getattr(np.random, state["bit_generator"])()
             bit_generator.state = state
             return np.random.Generator(bit_generator)
