@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
 from flwr.serverapp import Grid
 
+from ripple_flwr.app.records import DP_CONFIG, DP_RECORD
 from ripple_flwr.app.strategies.core.fields import SIZE_CAP_FACTOR, size_cap
 from ripple_flwr.app.strategies.core.own_data import LocalData
 from ripple_flwr.app.strategies.core.query import (
@@ -25,6 +27,7 @@ from ripple_flwr.app.strategies.core.query import (
     split_new,
     validate_summary,
 )
+from ripple_flwr.app.strategies.core.releases import ReleaseLedger
 from ripple_flwr.settings import RunSettings
 
 __all__ = [
@@ -40,6 +43,8 @@ __all__ = [
 log = logging.getLogger("flwr.ripple")
 
 MIN_CLIENTS = 1  # below this many usable training clients a run stops with an error
+# Held-out settings a resumed run may change: with them changed, its new clients are others.
+HELD_OUT_KEYS = ("new-clients", "alpha-new")
 
 
 class NotEnoughClientsError(RuntimeError):
@@ -124,6 +129,45 @@ class ClientRoster:
         self.size_cap = 0  # the most examples any client is weighted by (0: not yet known)
         self.capped: dict[int, int] = {}  # partition -> the size it claimed, when capped
         self.local: LocalData | None = None  # set when the nodes bring their own data
+        self.releases = ReleaseLedger()  # the DP releases of the embedding, per partition
+        self.resuming: dict[str, Any] | None = None  # the saved server state a run continues
+        self._restored = False
+
+    def resume_from(self, state: dict[str, Any]) -> None:
+        """Continue the interrupted run of ``state`` (its server checkpoint) in :meth:`prepare`.
+
+        The query round then asks every node who it is (partition and sizes)
+        but for no summary: the saved clients keep the summaries, and the DP
+        releases, they sent once.
+        """
+        self.resuming = state
+
+    def _ask(
+        self, grid: Grid, node_ids: Sequence[int], taken: Sequence[int] = (), summary: bool = True
+    ) -> QueryResult:
+        """One query round to ``node_ids``; ``summary`` False asks who they are, nothing more.
+
+        A round that carries the DP mechanism is counted in :attr:`releases`.
+        """
+        s = self.settings
+        kind, dim, extra = self.summary_kind, self.summary_dim, self.query_records
+        if not summary:
+            kind, dim = "none", None
+            extra = {k: v for k, v in extra.items() if k not in (DP_RECORD, DP_CONFIG)}
+        result = query_round(
+            grid,
+            node_ids,
+            kind,
+            dim,
+            s.total_partitions,
+            s.round_timeout,
+            taken=taken,
+            extra=extra,
+            local=self.local,
+        )
+        if kind != "none" and DP_RECORD in extra:
+            self.releases.count(len(node_ids), result.partition_ids)
+        return result
 
     def prepare(self, grid: Grid) -> QueryResult:
         """Wait for the nodes, run the one-shot round, keep the usable clients.
@@ -141,16 +185,7 @@ class ClientRoster:
             local=self.local is not None,
         )
         t0 = time.perf_counter()
-        everyone = query_round(
-            grid,
-            node_ids,
-            self.summary_kind,
-            self.summary_dim,
-            s.total_partitions,
-            s.round_timeout,
-            extra=self.query_records,
-            local=self.local,
-        )
+        everyone = self._ask(grid, node_ids, summary=self.resuming is None)
         self.query_seconds = time.perf_counter() - t0
         self.known_nodes.update(int(n) for n in node_ids)
         self.size_cap = size_cap(everyone.num_examples)
@@ -182,7 +217,45 @@ class ClientRoster:
             self.query_seconds,
         )
         self.clients = clients
-        return clients
+        if self.resuming is not None:
+            self._continue_saved(clients, new)
+        return self.clients
+
+    def _continue_saved(self, fresh: QueryResult, new: QueryResult) -> None:
+        """Take up the saved roster: its clients with the node ids just found, its releases.
+
+        A node that claims a partition the saved run routed is not asked again;
+        held-out clients keep their saved summaries while the held-out group is
+        the saved run's (``new-clients``, ``alpha-new`` unchanged). Every other
+        node just found is forgotten, so that the next admission asks it for its
+        summary, once, as a late joiner; a node the saved run already asked and
+        left out is not asked again.
+        """
+        saved = self.resuming["roster"]
+        node_of = dict(
+            zip(fresh.partition_ids + new.partition_ids, fresh.node_ids + new.node_ids, strict=True)
+        )
+        self.restore(saved, node_of)
+        self._restored = True
+        mine, theirs = self.settings.to_dict(), self.resuming["settings"]
+        self.new_clients = QueryResult([], [], [], None)
+        if all(theirs.get(k) == mine[k] for k in HELD_OUT_KEYS):
+            old = saved_result(saved["new_clients"], node_of)
+            here = set(new.partition_ids)
+            self.new_clients = old.select([r for r, p in enumerate(old.partition_ids) if p in here])
+        asked = {int(n) for n in saved["known_nodes"]}
+        routed = set(self.clients.partition_ids)
+        again = {node_of[p] for p in fresh.partition_ids if p not in routed} - asked
+        kept = set(self.new_clients.partition_ids)
+        again |= {node_of[p] for p in new.partition_ids if p not in kept}
+        self.known_nodes -= again
+        log.info(
+            "resumed: %d saved clients and %d held-out ones keep their summaries; %d node(s) "
+            "the saved run did not route are asked for theirs at the next admission",
+            len(self.clients),
+            len(self.new_clients),
+            len(again),
+        )
 
     def admit_late_joiners(self, grid: Grid, server_round: int) -> QueryResult | None:
         """Query nodes that connected since the last look; return the new training clients.
@@ -197,17 +270,7 @@ class ClientRoster:
         s = self.settings
         taken = list(self.clients.partition_ids) + list(self.new_clients.partition_ids)
         t0 = time.perf_counter()
-        result = query_round(
-            grid,
-            fresh,
-            self.summary_kind,
-            self.summary_dim,
-            s.total_partitions,
-            s.round_timeout,
-            taken=taken,
-            extra=self.query_records,
-            local=self.local,
-        )
+        result = self._ask(grid, fresh, taken=taken)
         self.known_nodes.update(fresh)
         self._cap(result)  # a late joiner is held to the cap the first round set
         train, new = split_new(result, s.num_partitions)
@@ -256,29 +319,27 @@ class ClientRoster:
             "joined": self.joined,
             "query_seconds": self.query_seconds,
             "size_cap": self.size_cap,
+            "releases": self.releases.to_dict(),
         }
 
     def restore(self, saved: dict[str, Any], node_of: dict[int, int]) -> None:
         """The saved training clients, with node ids from this process's query round where known.
 
-        Held-out new clients are not restored: they never trained, and those of
-        this process's query round (possibly other ones, with other data:
-        ``new-clients`` and ``alpha-new`` may change on resume) are the ones
-        to onboard, with the summaries they just sent.
+        Held-out new clients are restored by :meth:`prepare` of a run that
+        :meth:`resume_from` a checkpoint (they never trained: only while the
+        held-out group is unchanged). Once :meth:`prepare` has restored the
+        roster, calling this again changes nothing.
         """
-
-        def result(d: dict[str, Any]) -> QueryResult:
-            q = QueryResult(**d)
-            q.node_ids = [
-                node_of.get(p, n) for p, n in zip(q.partition_ids, q.node_ids, strict=True)
-            ]
-            q.rejected = {int(k): v for k, v in q.rejected.items()}
-            return q
-
-        self.clients = result(saved["clients"])
+        if self._restored:
+            return
+        self.clients = saved_result(saved["clients"], node_of)
         self.size_cap = int(saved.get("size_cap") or size_cap(self.clients.num_examples))
         self.known_nodes |= {int(n) for n in saved["known_nodes"]}
         self.joined = list(saved["joined"])
+        if "releases" in saved:
+            self.releases = ReleaseLedger.from_dict(saved["releases"])
+        elif DP_RECORD in self.query_records:  # a checkpoint from before the count was kept
+            self.releases = ReleaseLedger.of_saved_roster(saved)
 
     def record(self) -> dict[str, Any]:
         """Who took part, for the results file."""
@@ -292,3 +353,11 @@ class ClientRoster:
             "size_cap": self.size_cap,
             "sizes_capped": {str(p): n for p, n in sorted(self.capped.items())},
         }
+
+
+def saved_result(saved: dict[str, Any], node_of: dict[int, int]) -> QueryResult:
+    """A saved :class:`QueryResult`, with the node ids of ``node_of`` (partition -> node)."""
+    q = QueryResult(**saved)
+    q.node_ids = [node_of.get(p, n) for p, n in zip(q.partition_ids, q.node_ids, strict=True)]
+    q.rejected = {int(k): v for k, v in q.rejected.items()}
+    return q
