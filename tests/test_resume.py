@@ -288,3 +288,28 @@ def test_a_resumed_private_run_releases_every_embedding_once_and_equals_the_unin
     assert dp["epsilon_spent"] == DP_EPSILON and dp["delta_spent"] == dp["delta"]
     assert dp["release_requests"] == 7 and dp["unattributed_requests"] == 0
     assert private_comparable(tmp_path / "cut.json") == private_comparable(full_path)
+
+
+def test_late_joiners_release_once_even_across_a_crash_before_the_next_checkpoint(
+    cache_dir, tmp_path, quick_dp_mechanism, release_calls
+):
+    """Partition 4 joins in round 3, after the round-2 checkpoint; partition 5 only after the crash.
+
+    Admitting 4 saves the server state at once: the run resumed after the crash in
+    round 4 knows 4's release and does not ask for another; 5, never seen before, is
+    asked once.
+    """
+    over = {"new-clients": 2, "checkpoint-every": 2}
+    cfg = private_config(cache_dir, tmp_path, "late", **over)
+    crashed, grid, resumed = crash_and_resume(cfg, tmp_path, "late", join_after={4: 2, 5: 99})
+    assert dp_asked(crashed) == {p: 1 for p in (0, 1, 2, 3, 4, 6, 7)}
+    assert dp_asked(grid) == {5: 1}
+    assert len(release_calls) == 8
+    assert resumed["clients"]["partition_ids"] == [0, 1, 2, 3, 4, 5]
+    assert [(j["round"], j["partitions"]) for j in resumed["late_joiners"]] == [(3, [4]), (3, [5])]
+    assert len(resumed["routing"]["weights"]) == 6
+    assert resumed["zero_shot"]["partition_ids"] == [6, 7]
+    dp = resumed["embedding_dp"]
+    assert dp["releases_per_client"] == {str(p): 1 for p in range(8)}
+    assert dp["max_releases_per_client"] == 1 and dp["epsilon_spent"] == DP_EPSILON
+    assert dp["release_requests"] == 8 and dp["unattributed_requests"] == 0
