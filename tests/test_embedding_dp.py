@@ -127,6 +127,44 @@ def test_the_client_sends_the_noisy_release_only(tiny_checkpoint, cache_dir):
     assert reply.content.config_records["info"]["private"] is True
 
 
+def test_a_node_asked_twice_in_a_run_sends_its_one_release_again(cache_dir, monkeypatch):
+    """A second DP query (same run, mechanism and data) gets the same vector: no second epsilon."""
+    from ripple_flwr.app.client import embedder_for, handle_query
+    from ripple_flwr.app.node_release import RELEASE_STATE_KEY
+    from ripple_flwr.data.cache import cached_federation
+
+    cfg = tiny_run_config(cache_dir, method="ripple")
+    settings = parse_run_config(cfg)
+    dim = embedder_for(settings, cached_federation(settings).dataset.image_shape).output_dim
+    calls = []
+    real = PublicMechanism.release
+    monkeypatch.setattr(
+        PublicMechanism, "release", lambda self, e, rng: calls.append(1) or real(self, e, rng)
+    )
+    node = {"partition-id": 1, "num-partitions": 6}  # secret noise: nothing fixes its seed
+    ctx = Context(run_id=1, node_id=5, node_config=node, state=RecordDict(), run_config=cfg)
+
+    def ask(mech):
+        query = {"config": ConfigRecord({"summary": "embedding"}), **mechanism_records(mech)}
+        msg = Message(
+            RecordDict(query),
+            dst_node_id=5,
+            message_type="query.embed",
+        )
+        reply = handle_query(msg, ctx)
+        info = reply.content.config_records["info"]
+        return reply.content.array_records["summary"]["phi"].numpy(), info["release-reused"]
+
+    first, reused_first = ask(mechanism(p=dim, r=3))
+    again, reused_again = ask(mechanism(p=dim, r=3))
+    assert (reused_first, reused_again) == (False, True) and len(calls) == 1
+    np.testing.assert_array_equal(again, first)
+    # Another mechanism (another budget) is another release, and the node's state counts it.
+    other, reused_other = ask(mechanism(p=dim, r=3, epsilon=2.0))
+    assert not reused_other and len(calls) == 2 and not np.allclose(other, first)
+    assert ctx.state.config_records[RELEASE_STATE_KEY]["releases"] == 2
+
+
 @pytest.mark.slow
 def test_a_private_run_routes_the_noisy_embeddings(tiny_checkpoint, cache_dir, tmp_path):
     from ripple_flwr.app.server import run_server

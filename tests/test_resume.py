@@ -232,3 +232,144 @@ def test_an_empty_resume_file_is_refused_in_one_line(cache_dir, tmp_path):
     path.write_bytes(b"PK\x03\x04")  # a zip header and nothing else
     with pytest.raises(IntegrityError, match="not a readable server checkpoint"):
         load_server_state(path)
+
+
+# -- differential privacy of the embedding under resume ------------------------------------
+DP_EPSILON = 4.0
+
+
+@pytest.fixture
+def quick_dp_mechanism(monkeypatch):
+    """The run's public DP mechanism from 100 reference clients (1,000 by default): faster."""
+    import functools
+
+    from ripple_flwr.privacy import release
+
+    monkeypatch.setattr(
+        release,
+        "public_mechanism",
+        functools.partial(release.public_mechanism, reference_clients=100),
+    )
+
+
+@pytest.fixture
+def release_calls(monkeypatch) -> list[int]:
+    """One entry per embedding a client ran through the DP mechanism (any node, any process)."""
+    from ripple_flwr.privacy.release import PublicMechanism
+
+    calls: list[int] = []
+    real = PublicMechanism.release
+
+    def counted(self, embedding, rng):
+        calls.append(1)
+        return real(self, embedding, rng)
+
+    monkeypatch.setattr(PublicMechanism, "release", counted)
+    return calls
+
+
+def dp_asked(*grids) -> dict[int, int]:
+    """How many query messages asked each partition's node for its DP release, over ``grids``."""
+    from ripple_flwr.app.records import DP_RECORD
+
+    asked: dict[int, int] = {}
+    for grid in grids:
+        for m in grid.sent_of_type("query"):
+            if DP_RECORD in m.content.array_records:
+                ctx = grid.contexts[m.metadata.dst_node_id]
+                pid = int(ctx.node_config["partition-id"])
+                asked[pid] = asked.get(pid, 0) + 1
+    return asked
+
+
+def private_config(cache_dir, tmp_path, name: str, **over) -> dict:
+    base = {
+        "num-server-rounds": 5,
+        "checkpoint-every": 1,
+        "eval-every": 2,
+        "new-clients": 1,
+        "embedding-dp-epsilon": DP_EPSILON,
+        "results-path": str(tmp_path / f"{name}.json"),
+    }
+    return tiny_run_config(cache_dir, method="ripple", **{**base, **over})
+
+
+def seeded_nodes(total: int = 7) -> list[dict]:
+    """Nodes that fix their DP noise (reproducible runs; a real node keeps it secret)."""
+    from ripple_flwr.privacy.release import NOISE_SEED_KEY
+
+    return [
+        {"partition-id": i, "num-partitions": total, NOISE_SEED_KEY: 100 + i} for i in range(total)
+    ]
+
+
+def crash_and_resume(cfg: dict, tmp_path, name: str, **first) -> tuple[FakeGrid, FakeGrid, dict]:
+    """The run dies at round 4 (``first``: its grid's options) and resumes from its checkpoint."""
+    total = cfg["num-partitions"] + cfg["new-clients"]
+    crashed = CrashingGrid(cfg, node_configs=seeded_nodes(total), **first)
+    with pytest.raises(RuntimeError, match="simulated server crash"):
+        run_server(crashed, cfg)
+    resumed_cfg = {**cfg, "resume": str(tmp_path / f"{name}.resume.npz")}
+    grid = FakeGrid(resumed_cfg, node_configs=seeded_nodes(total))
+    for node_id, context in grid.contexts.items():  # the SuperNodes outlive the server
+        context.state = crashed.contexts[node_id].state
+    return crashed, grid, json.loads(run_server(grid, resumed_cfg).read_text())
+
+
+def private_comparable(path) -> dict:
+    res = comparable(path)
+    res["embedding_dp"].pop("seconds")
+    for key in ("server_seconds", "onboard_ms_per_client", "evaluation_seconds"):
+        res["zero_shot"].pop(key)
+    return res
+
+
+def test_a_resumed_private_run_releases_every_embedding_once_and_equals_the_uninterrupted_run(
+    cache_dir, tmp_path, quick_dp_mechanism, release_calls
+):
+    """The resumed run routes with the saved (noisy) embeddings: no client releases twice."""
+    warm = private_config(cache_dir, tmp_path, "warm", **{"num-server-rounds": 1})
+    run_server(FakeGrid(warm, node_configs=seeded_nodes()), warm)
+    full_cfg = private_config(cache_dir, tmp_path, "full")
+    full_path = run_server(FakeGrid(full_cfg, node_configs=seeded_nodes()), full_cfg)
+
+    release_calls.clear()
+    cfg = private_config(cache_dir, tmp_path, "cut")
+    crashed, grid, resumed = crash_and_resume(cfg, tmp_path, "cut")
+    # Each of the 6 training clients and the held-out one was asked once, in the first process.
+    assert dp_asked(crashed) == {p: 1 for p in range(7)}
+    assert dp_asked(grid) == {}
+    assert len(release_calls) == 7
+    # The resumed process still asked every node who it is (node ids may have changed).
+    assert len(grid.sent_of_type("query")) == 7
+    dp = resumed["embedding_dp"]
+    assert dp["releases_per_client"] == {str(p): 1 for p in range(7)}
+    assert dp["max_releases_per_client"] == 1
+    assert dp["epsilon_spent"] == DP_EPSILON and dp["delta_spent"] == dp["delta"]
+    assert dp["release_requests"] == 7 and dp["unattributed_requests"] == 0
+    assert private_comparable(tmp_path / "cut.json") == private_comparable(full_path)
+
+
+def test_late_joiners_release_once_even_across_a_crash_before_the_next_checkpoint(
+    cache_dir, tmp_path, quick_dp_mechanism, release_calls
+):
+    """Partition 4 joins in round 3, after the round-2 checkpoint; partition 5 only after the crash.
+
+    Admitting 4 saves the server state at once: the run resumed after the crash in
+    round 4 knows 4's release and does not ask for another; 5, never seen before, is
+    asked once.
+    """
+    over = {"new-clients": 2, "checkpoint-every": 2}
+    cfg = private_config(cache_dir, tmp_path, "late", **over)
+    crashed, grid, resumed = crash_and_resume(cfg, tmp_path, "late", join_after={4: 2, 5: 99})
+    assert dp_asked(crashed) == {p: 1 for p in (0, 1, 2, 3, 4, 6, 7)}
+    assert dp_asked(grid) == {5: 1}
+    assert len(release_calls) == 8
+    assert resumed["clients"]["partition_ids"] == [0, 1, 2, 3, 4, 5]
+    assert [(j["round"], j["partitions"]) for j in resumed["late_joiners"]] == [(3, [4]), (3, [5])]
+    assert len(resumed["routing"]["weights"]) == 6
+    assert resumed["zero_shot"]["partition_ids"] == [6, 7]
+    dp = resumed["embedding_dp"]
+    assert dp["releases_per_client"] == {str(p): 1 for p in range(8)}
+    assert dp["max_releases_per_client"] == 1 and dp["epsilon_spent"] == DP_EPSILON
+    assert dp["release_requests"] == 8 and dp["unattributed_requests"] == 0

@@ -11,7 +11,8 @@ Message contents (the wire protocol of the app):
   ``embedding | mean | none``; reply ``summary`` (ArrayRecord with ``phi``,
   absent for ``none``) and ``info`` (ConfigRecord: partition-id,
   num-partitions, num-examples, num-test-examples: the split sizes the server
-  holds the client to from then on).
+  holds the client to from then on; private and release-reused for the DP
+  embedding, :mod:`ripple_flwr.app.node_release`).
 - ``train``: ``arrays`` (the model) and ``config`` (server-round, lr,
   momentum, local-epochs, batch-size); reply ``arrays`` (the trained full
   weights) and ``metrics`` (num-examples, train_loss).
@@ -56,6 +57,7 @@ from ripple_flwr.app.client_data import (
     local_data,
     remember_run_data,
 )
+from ripple_flwr.app.node_release import release_once
 from ripple_flwr.app.node_state import NodeStore
 from ripple_flwr.app.records import (
     DP_CONFIG,
@@ -68,7 +70,6 @@ from ripple_flwr.app.registry import get_method
 from ripple_flwr.app.run_config import settings_from_context, summary_kind
 from ripple_flwr.data.images import ImageFormatError
 from ripple_flwr.data.local import LocalDataError
-from ripple_flwr.privacy.release import noise_generator
 from ripple_flwr.router.pretrain import run_embed_size
 from ripple_flwr.settings import RunSettings
 from ripple_flwr.training.loops import evaluate_model
@@ -341,13 +342,14 @@ def handle_query(msg: Message, context: Context) -> Message:
     kind = str(config.get("summary", summary_kind(settings)))
     t0 = time.perf_counter()
     phi = client_summary(settings, data, kind)
-    private = phi is not None and DP_RECORD in msg.content.array_records
+    private, reused = phi is not None and DP_RECORD in msg.content.array_records, False
     if private:
-        # Clipped and noised here, with a secret generator, before anything leaves the node.
+        # Clipped and noised here, with a secret generator, before anything leaves the node;
+        # asked again in this run, the node sends the same release (no second epsilon).
         mech = mechanism_from_records(
             msg.content.array_records[DP_RECORD], msg.content.config_records[DP_CONFIG]
         )
-        phi = mech.release(phi, noise_generator(dict(context.node_config)))
+        phi, reused = release_once(context.state, mech, phi, dict(context.node_config))
     seconds = time.perf_counter() - t0
     info: dict[str, Any] = {
         "partition-id": -1 if data.pid is None else data.pid,
@@ -356,6 +358,7 @@ def handle_query(msg: Message, context: Context) -> Message:
         "num-test-examples": int(len(data.y_test)),
         "summary": kind,
         "private": bool(private),
+        "release-reused": bool(reused),
         "seconds": float(seconds),
         "data": data.source,
     }

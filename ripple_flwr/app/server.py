@@ -344,7 +344,10 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     if settings.checkpoint_every:
         strategy.checkpoint_path = results_path.with_suffix(".resume.npz")
     if saved_state is not None:
-        strategy.prepare(grid)  # this process's query round: who is connected now
+        # This process's query round asks who is connected now, but no saved client for its
+        # summary again: a second DP release would cost it a second epsilon.
+        strategy.roster.resume_from(saved_state)
+        strategy.prepare(grid)
         try:
             strategy.restore_server_state(saved_state)
         except (ValueError, TypeError, KeyError) as err:  # a state this run cannot continue
@@ -361,6 +364,10 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     zero_shot = onboard_new_clients(strategy, grid) if settings.new_clients else {}
 
     record = {**strategy.run_record(), "zero_shot": zero_shot}
+    if embedding_dp is not None:  # how often each client released, over every process
+        embedding_dp.update(
+            strategy.roster.releases.record(embedding_dp["epsilon"], embedding_dp["delta"])
+        )
     saved_run = save_for_onboarding(
         strategy, settings, data, results_path.with_suffix(".run.pt"), checkpoint_info
     )

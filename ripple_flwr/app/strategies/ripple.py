@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord
+from flwr.serverapp import Grid
 
 from ripple_flwr.aggregation.hdb import HDBResult, collapse_weights, refine_hdb
 from ripple_flwr.aggregation.mixing import (
@@ -26,6 +27,7 @@ from ripple_flwr.app.strategies.core.base import states_to_records
 from ripple_flwr.app.strategies.core.replies import Accepted
 from ripple_flwr.app.strategies.core.server_models import ServerModels
 from ripple_flwr.runs.results import hard_ari, routing_metrics
+from ripple_flwr.runs.resume import save_server_state
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
@@ -183,6 +185,22 @@ class RippleStrategy(ServerModels):
             ari, _ = hard_ari(self.truth[pids], res.labels)
             if ari is not None:
                 self.routing["hdb_ari"] = ari
+
+    def admit(self, grid: Grid, server_round: int) -> None:
+        """Late joiners join; if they released a DP embedding, the server state is saved now.
+
+        With checkpoints on, a crash before the next one would otherwise lose
+        the count of those releases, and the resumed run would ask the same
+        clients for a second one. The state saved is the one after the last
+        round plus the joiners (admission draws nothing from the sampler), so
+        a run resumed from it goes on as this one does.
+        """
+        asked = self.roster.releases.requests
+        super().admit(grid, server_round)
+        keep = self.checkpoint_path is not None and self.settings.checkpoint_every
+        if keep and self.roster.releases.requests != asked:
+            save_server_state(self.checkpoint_path, self.server_state(server_round - 1))
+            log.info("round %d: server state saved with the new DP releases", server_round)
 
     def add_clients(self, joined: QueryResult) -> None:
         """Late joiners: routed (and collapsed) like everyone, in one batched pass."""

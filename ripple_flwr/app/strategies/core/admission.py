@@ -1,44 +1,50 @@
 """Node admission: the bounded wait for nodes, the one-shot query round, late joiners.
 
-The one-shot round maps every node to its partition (and collects the
-summary Ripple routes with); the :class:`ClientRoster` keeps the usable
-training clients in partition order, the held-out new clients beside them,
-and admits nodes that connect later with one query each.
+The one-shot round (:mod:`~ripple_flwr.app.strategies.core.query`) maps every
+node to its partition (and collects the summary Ripple routes with); the
+:class:`ClientRoster` keeps the usable training clients in partition order, the
+held-out new clients beside them, and admits nodes that connect later with one
+query each.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
-import numpy as np
-from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from ripple_flwr.app.strategies.core.fields import (
-    REPLY_ERRORS,
-    SIZE_CAP_FACTOR,
-    as_count,
-    as_number,
-    as_text,
-    size_cap,
+from ripple_flwr.app.records import DP_CONFIG, DP_RECORD
+from ripple_flwr.app.strategies.core.fields import SIZE_CAP_FACTOR, size_cap
+from ripple_flwr.app.strategies.core.own_data import LocalData
+from ripple_flwr.app.strategies.core.query import (
+    QUERY_TYPE,
+    QueryResult,
+    query_round,
+    split_new,
+    validate_summary,
 )
-from ripple_flwr.app.strategies.core.grid import send_and_receive
-from ripple_flwr.app.strategies.core.own_data import LocalData, assign_local, check_local_info
-from ripple_flwr.runs.results import message_nbytes
+from ripple_flwr.app.strategies.core.releases import ReleaseLedger
 from ripple_flwr.settings import RunSettings
+
+__all__ = [
+    "QUERY_TYPE",
+    "ClientRoster",
+    "NotEnoughClientsError",
+    "QueryResult",
+    "query_round",
+    "validate_summary",
+    "wait_for_nodes",
+]
 
 log = logging.getLogger("flwr.ripple")
 
-QUERY_TYPE = f"{MessageType.QUERY}.embed"
-
-
-MAX_SECONDS = 86_400.0  # a client's reported embedding time: a day at most
-NPY_HEADER_LIMIT = 4096  # bytes of a .npy header beyond the data itself
 MIN_CLIENTS = 1  # below this many usable training clients a run stops with an error
+# Held-out settings a resumed run may change: with them changed, its new clients are others.
+HELD_OUT_KEYS = ("new-clients", "alpha-new")
 
 
 class NotEnoughClientsError(RuntimeError):
@@ -97,243 +103,6 @@ def wait_for_nodes(
         time.sleep(min(poll, max(0.0, timeout - (now - start))))
 
 
-@dataclass
-class QueryResult:
-    """The usable clients, ordered by partition id, and why the others were left out."""
-
-    node_ids: list[int]
-    partition_ids: list[int]
-    num_examples: list[int]
-    features: np.ndarray | None
-    rejected: dict[int, str] = field(default_factory=dict)
-    bytes_up: list[int] = field(default_factory=list)
-    client_seconds: list[float] = field(default_factory=list)
-    num_test: list[int] = field(default_factory=list)  # test split sizes (0: not reported)
-    sources: list[str] = field(default_factory=list)  # "benchmark" | "local", by row
-    names: list[str] = field(default_factory=list)  # the nodes' own names (local data)
-
-    def __len__(self) -> int:
-        return len(self.node_ids)
-
-    def select(self, rows: Sequence[int]) -> QueryResult:
-        """The clients at ``rows`` (in that order); no rejections carried over."""
-        rows = [int(r) for r in rows]
-        return QueryResult(
-            node_ids=[self.node_ids[r] for r in rows],
-            partition_ids=[self.partition_ids[r] for r in rows],
-            num_examples=[self.num_examples[r] for r in rows],
-            features=None if self.features is None else self.features[rows],
-            bytes_up=[self.bytes_up[r] for r in rows] if self.bytes_up else [],
-            client_seconds=[self.client_seconds[r] for r in rows] if self.client_seconds else [],
-            num_test=[self.num_test[r] for r in rows] if self.num_test else [],
-            sources=[self.sources[r] for r in rows] if self.sources else [],
-            names=[self.names[r] for r in rows] if self.names else [],
-        )
-
-    def extend(self, other: QueryResult) -> None:
-        """Append ``other``'s clients (late joiners) after the current ones."""
-        self.node_ids += other.node_ids
-        self.partition_ids += other.partition_ids
-        self.num_examples += other.num_examples
-        if other.features is not None:
-            self.features = (
-                other.features
-                if self.features is None or not len(self.features)
-                else np.concatenate([self.features, other.features])
-            )
-        self.bytes_up += other.bytes_up
-        self.client_seconds += other.client_seconds
-        self.num_test += other.num_test
-        self.sources += other.sources
-        self.names += other.names
-        self.rejected.update(other.rejected)
-
-    def cap_sizes(self, cap: int) -> list[int]:
-        """Hold every reported size to ``cap`` (a multiple of the median); the rows capped."""
-        capped = [
-            r
-            for r in range(len(self))
-            if self.num_examples[r] > cap or (self.num_test and self.num_test[r] > cap)
-        ]
-        self.num_examples = [min(n, cap) for n in self.num_examples]
-        self.num_test = [min(n, cap) for n in self.num_test]
-        return capped
-
-    def known_train(self, row: int) -> int | None:
-        """The training split size the client reported once, in the query round."""
-        n = self.num_examples[row] if row < len(self.num_examples) else 0
-        return int(n) if n > 0 else None
-
-    def known_tests(self) -> list[int | None]:
-        """The test split sizes reported in the query round, by row (``None``: unknown)."""
-        return [int(n) if n > 0 else None for n in self.num_test] or [None] * len(self)
-
-
-def validate_summary(record: RecordDict, kind: str, dim: int | None) -> np.ndarray | None:
-    """The summary vector of a query reply, or ``ValueError`` saying what is wrong with it."""
-    if kind == "none":
-        return None
-    if "summary" not in record.array_records or "phi" not in record.array_records["summary"]:
-        raise ValueError(f"reply has no {kind} summary")
-    array = record.array_records["summary"]["phi"]
-    # Before decoding: the bytes must fit the promised length (a header may claim 2**40 floats).
-    if dim is not None and (
-        tuple(array.shape) != (dim,) or len(array.data) > dim * 8 + NPY_HEADER_LIMIT
-    ):
-        raise ValueError(
-            f"{kind} is declared {tuple(array.shape)} in {len(array.data)} bytes, expected ({dim},)"
-        )
-    phi = array.numpy()
-    if phi.ndim != 1 or (dim is not None and phi.shape[0] != dim):
-        raise ValueError(f"{kind} has shape {phi.shape}, expected ({dim},)")
-    if not np.issubdtype(phi.dtype, np.floating):
-        raise ValueError(f"{kind} has dtype {phi.dtype}, expected floats")
-    if not np.all(np.isfinite(phi)):
-        raise ValueError(f"{kind} contains NaN or Inf")
-    return phi.astype(np.float32, copy=False)
-
-
-def _read_query_reply(
-    msg: Message,
-    nid: int,
-    kind: str,
-    dim: int | None,
-    num_partitions: int,
-    local: LocalData | None,
-) -> tuple[tuple, int, tuple | None]:
-    """One query reply's fields, converted and checked: (row, partition id, local claim).
-
-    Raises one of ``REPLY_ERRORS`` naming the field; never anything else.
-    """
-    info = msg.content.config_records["info"]
-    source = "benchmark" if local is None else "local"
-    got = as_text(info.get("data", "benchmark"), "data", limit=16)
-    if got != source:
-        raise ValueError(f"node uses {got} data, the run {source} data")
-    n_node = as_count(info.get("num-partitions", num_partitions), "num-partitions")
-    if n_node != num_partitions:
-        raise ValueError(f"node has num-partitions={n_node}, run has {num_partitions}")
-    phi = validate_summary(msg.content, kind, dim)
-    row = (
-        nid,
-        as_count(info.get("num-examples", 0), "num-examples", low=0),  # 0: not reported
-        phi,
-        message_nbytes(msg),
-        as_number(info.get("seconds", 0.0), "seconds", low=0.0, high=MAX_SECONDS),
-        # Optional (0: not reported; the evaluation's own count is then used, within bounds).
-        as_count(info.get("num-test-examples", 0), "num-test-examples", low=0),
-    )
-    if local is not None:
-        name, held_out = check_local_info(info, local)
-        return row, -1, (name, nid, held_out, (*row, name))
-    pid = as_count(info["partition-id"], "partition-id", low=0, high=num_partitions - 1)
-    return (*row, ""), pid, None
-
-
-def query_round(
-    grid: Grid,
-    node_ids: Sequence[int],
-    kind: str,
-    dim: int | None,
-    num_partitions: int,
-    timeout: float,
-    taken: Iterable[int] = (),
-    extra: dict[str, Any] | None = None,
-    local: LocalData | None = None,
-) -> QueryResult:
-    """Ask every node once for its partition id (and summary); validate every reply.
-
-    ``num_partitions`` counts every partition of the run (training and new
-    clients). A node that errors, does not answer within ``timeout``, reports
-    a partition outside the run or one already taken (here or in ``taken``),
-    or sends a summary of the wrong length or with NaN/Inf is left out with
-    its reason logged; its summary never reaches the router. ``extra``
-    records go to every node with the question (the public parameters of the
-    embedding's differential privacy; a local-data run's classes and shape).
-    With ``local``, nodes bring their own data: each must report the run's
-    classes and image shape, and the server gives them their partition slots.
-    """
-    taken = set(int(t) for t in taken)
-    messages = [
-        Message(
-            RecordDict({"config": ConfigRecord({"summary": kind}), **(extra or {})}),
-            dst_node_id=int(nid),
-            message_type=QUERY_TYPE,
-        )
-        for nid in node_ids
-    ]
-    replies = send_and_receive(grid, messages, timeout)
-    # Match each reply to the message it answers (ids are set when pushed), not to its sender.
-    asked = {str(m.metadata.message_id): int(m.metadata.dst_node_id) for m in messages}
-    rejected: dict[int, str] = {}
-    rows: dict[int, tuple] = {}
-    claims: dict[int, list[tuple]] = {}
-    pending: list[tuple[str, int, bool, tuple]] = []
-    answered = set()
-    source = "benchmark" if local is None else "local"
-    for msg in replies:
-        nid = asked.get(str(msg.metadata.reply_to_message_id))
-        if nid is None or nid in answered:
-            log.warning(
-                "ignoring a reply (from node %d) that answers no query of this round",
-                int(msg.metadata.src_node_id),
-            )
-            continue
-        answered.add(nid)
-        if msg.has_error():
-            rejected[nid] = f"error in query round: {msg.error.reason}"
-            continue
-        try:
-            row, pid, local_claim = _read_query_reply(msg, nid, kind, dim, num_partitions, local)
-        except REPLY_ERRORS as err:
-            rejected[nid] = f"invalid query reply: {' '.join(str(err).split())}"
-            continue
-        if local_claim is not None:
-            pending.append(local_claim)
-        elif pid in taken:
-            rejected[nid] = f"partition-id {pid} is already held by another node of the run"
-        else:
-            claims.setdefault(pid, []).append(row)
-    for pid, claimants in claims.items():
-        if len(claimants) == 1:
-            rows[pid] = claimants[0]
-            continue
-        # Two nodes claim one partition: neither is trusted with it (first come is not proof).
-        nodes = ", ".join(str(r[0]) for r in claimants)
-        for r in claimants:
-            rejected[r[0]] = f"partition-id {pid} is claimed by several nodes ({nodes})"
-    if local is not None:
-        assign_local(rows, pending, local, num_partitions, taken, rejected)
-    for nid in node_ids:
-        if int(nid) not in answered:
-            rejected[int(nid)] = f"no reply to the query round within {timeout:g} s"
-    for nid, reason in sorted(rejected.items()):
-        log.warning("node %d left out of training: %s", nid, reason)
-    order = sorted(rows)
-    feats = None
-    if kind != "none" and order:
-        feats = np.stack([rows[p][2] for p in order])
-    return QueryResult(
-        node_ids=[rows[p][0] for p in order],
-        partition_ids=order,
-        num_examples=[rows[p][1] for p in order],
-        features=feats,
-        rejected=rejected,
-        bytes_up=[rows[p][3] for p in order],
-        client_seconds=[rows[p][4] for p in order],
-        num_test=[rows[p][5] for p in order],
-        sources=[source] * len(order),
-        names=[rows[p][6] for p in order],
-    )
-
-
-def split_new(result: QueryResult, num_partitions: int) -> tuple[QueryResult, QueryResult]:
-    """(training clients, new clients) of a query round, by partition id."""
-    train = [i for i, p in enumerate(result.partition_ids) if p < num_partitions]
-    new = [i for i, p in enumerate(result.partition_ids) if p >= num_partitions]
-    return result.select(train), result.select(new)
-
-
 class ClientRoster:
     """Who takes part: the training clients (partition order) and the held-out new clients.
 
@@ -360,6 +129,45 @@ class ClientRoster:
         self.size_cap = 0  # the most examples any client is weighted by (0: not yet known)
         self.capped: dict[int, int] = {}  # partition -> the size it claimed, when capped
         self.local: LocalData | None = None  # set when the nodes bring their own data
+        self.releases = ReleaseLedger()  # the DP releases of the embedding, per partition
+        self.resuming: dict[str, Any] | None = None  # the saved server state a run continues
+        self._restored = False
+
+    def resume_from(self, state: dict[str, Any]) -> None:
+        """Continue the interrupted run of ``state`` (its server checkpoint) in :meth:`prepare`.
+
+        The query round then asks every node who it is (partition and sizes)
+        but for no summary: the saved clients keep the summaries, and the DP
+        releases, they sent once.
+        """
+        self.resuming = state
+
+    def _ask(
+        self, grid: Grid, node_ids: Sequence[int], taken: Sequence[int] = (), summary: bool = True
+    ) -> QueryResult:
+        """One query round to ``node_ids``; ``summary`` False asks who they are, nothing more.
+
+        A round that carries the DP mechanism is counted in :attr:`releases`.
+        """
+        s = self.settings
+        kind, dim, extra = self.summary_kind, self.summary_dim, self.query_records
+        if not summary:
+            kind, dim = "none", None
+            extra = {k: v for k, v in extra.items() if k not in (DP_RECORD, DP_CONFIG)}
+        result = query_round(
+            grid,
+            node_ids,
+            kind,
+            dim,
+            s.total_partitions,
+            s.round_timeout,
+            taken=taken,
+            extra=extra,
+            local=self.local,
+        )
+        if kind != "none" and DP_RECORD in extra:
+            self.releases.count(len(node_ids), result.partition_ids)
+        return result
 
     def prepare(self, grid: Grid) -> QueryResult:
         """Wait for the nodes, run the one-shot round, keep the usable clients.
@@ -377,16 +185,7 @@ class ClientRoster:
             local=self.local is not None,
         )
         t0 = time.perf_counter()
-        everyone = query_round(
-            grid,
-            node_ids,
-            self.summary_kind,
-            self.summary_dim,
-            s.total_partitions,
-            s.round_timeout,
-            extra=self.query_records,
-            local=self.local,
-        )
+        everyone = self._ask(grid, node_ids, summary=self.resuming is None)
         self.query_seconds = time.perf_counter() - t0
         self.known_nodes.update(int(n) for n in node_ids)
         self.size_cap = size_cap(everyone.num_examples)
@@ -418,7 +217,45 @@ class ClientRoster:
             self.query_seconds,
         )
         self.clients = clients
-        return clients
+        if self.resuming is not None:
+            self._continue_saved(clients, new)
+        return self.clients
+
+    def _continue_saved(self, fresh: QueryResult, new: QueryResult) -> None:
+        """Take up the saved roster: its clients with the node ids just found, its releases.
+
+        A node that claims a partition the saved run routed is not asked again;
+        held-out clients keep their saved summaries while the held-out group is
+        the saved run's (``new-clients``, ``alpha-new`` unchanged). Every other
+        node just found is forgotten, so that the next admission asks it for its
+        summary, once, as a late joiner; a node the saved run already asked and
+        left out is not asked again.
+        """
+        saved = self.resuming["roster"]
+        node_of = dict(
+            zip(fresh.partition_ids + new.partition_ids, fresh.node_ids + new.node_ids, strict=True)
+        )
+        self.restore(saved, node_of)
+        self._restored = True
+        mine, theirs = self.settings.to_dict(), self.resuming["settings"]
+        self.new_clients = QueryResult([], [], [], None)
+        if all(theirs.get(k) == mine[k] for k in HELD_OUT_KEYS):
+            old = saved_result(saved["new_clients"], node_of)
+            here = set(new.partition_ids)
+            self.new_clients = old.select([r for r, p in enumerate(old.partition_ids) if p in here])
+        asked = {int(n) for n in saved["known_nodes"]}
+        routed = set(self.clients.partition_ids)
+        again = {node_of[p] for p in fresh.partition_ids if p not in routed} - asked
+        kept = set(self.new_clients.partition_ids)
+        again |= {node_of[p] for p in new.partition_ids if p not in kept}
+        self.known_nodes -= again
+        log.info(
+            "resumed: %d saved clients and %d held-out ones keep their summaries; %d node(s) "
+            "the saved run did not route are asked for theirs at the next admission",
+            len(self.clients),
+            len(self.new_clients),
+            len(again),
+        )
 
     def admit_late_joiners(self, grid: Grid, server_round: int) -> QueryResult | None:
         """Query nodes that connected since the last look; return the new training clients.
@@ -433,17 +270,7 @@ class ClientRoster:
         s = self.settings
         taken = list(self.clients.partition_ids) + list(self.new_clients.partition_ids)
         t0 = time.perf_counter()
-        result = query_round(
-            grid,
-            fresh,
-            self.summary_kind,
-            self.summary_dim,
-            s.total_partitions,
-            s.round_timeout,
-            taken=taken,
-            extra=self.query_records,
-            local=self.local,
-        )
+        result = self._ask(grid, fresh, taken=taken)
         self.known_nodes.update(fresh)
         self._cap(result)  # a late joiner is held to the cap the first round set
         train, new = split_new(result, s.num_partitions)
@@ -492,29 +319,27 @@ class ClientRoster:
             "joined": self.joined,
             "query_seconds": self.query_seconds,
             "size_cap": self.size_cap,
+            "releases": self.releases.to_dict(),
         }
 
     def restore(self, saved: dict[str, Any], node_of: dict[int, int]) -> None:
         """The saved training clients, with node ids from this process's query round where known.
 
-        Held-out new clients are not restored: they never trained, and those of
-        this process's query round (possibly other ones, with other data:
-        ``new-clients`` and ``alpha-new`` may change on resume) are the ones
-        to onboard, with the summaries they just sent.
+        Held-out new clients are restored by :meth:`prepare` of a run that
+        :meth:`resume_from` a checkpoint (they never trained: only while the
+        held-out group is unchanged). Once :meth:`prepare` has restored the
+        roster, calling this again changes nothing.
         """
-
-        def result(d: dict[str, Any]) -> QueryResult:
-            q = QueryResult(**d)
-            q.node_ids = [
-                node_of.get(p, n) for p, n in zip(q.partition_ids, q.node_ids, strict=True)
-            ]
-            q.rejected = {int(k): v for k, v in q.rejected.items()}
-            return q
-
-        self.clients = result(saved["clients"])
+        if self._restored:
+            return
+        self.clients = saved_result(saved["clients"], node_of)
         self.size_cap = int(saved.get("size_cap") or size_cap(self.clients.num_examples))
         self.known_nodes |= {int(n) for n in saved["known_nodes"]}
         self.joined = list(saved["joined"])
+        if "releases" in saved:
+            self.releases = ReleaseLedger.from_dict(saved["releases"])
+        elif DP_RECORD in self.query_records:  # a checkpoint from before the count was kept
+            self.releases = ReleaseLedger.of_saved_roster(saved)
 
     def record(self) -> dict[str, Any]:
         """Who took part, for the results file."""
@@ -528,3 +353,11 @@ class ClientRoster:
             "size_cap": self.size_cap,
             "sizes_capped": {str(p): n for p, n in sorted(self.capped.items())},
         }
+
+
+def saved_result(saved: dict[str, Any], node_of: dict[int, int]) -> QueryResult:
+    """A saved :class:`QueryResult`, with the node ids of ``node_of`` (partition -> node)."""
+    q = QueryResult(**saved)
+    q.node_ids = [node_of.get(p, n) for p, n in zip(q.partition_ids, q.node_ids, strict=True)]
+    q.rejected = {int(k): v for k, v in q.rejected.items()}
+    return q
