@@ -17,6 +17,7 @@ from ripple_flwr.app.strategies.core.fields import (
     as_count,
     as_number,
 )
+from ripple_flwr.settings import ConfigError
 from ripple_flwr.testing.faults import FAULTS, MISSING, combine, set_field
 
 HOSTILE = 1
@@ -142,6 +143,32 @@ def test_two_nodes_claiming_one_partition_are_both_refused_and_named(cache_dir, 
     assert r["clients"]["partition_ids"] == [2, 3, 4, 5]
     reasons = list(r["clients"]["left_out"].values())
     assert len(reasons) == 2 and all("claimed by several nodes" in x for x in reasons)
+
+
+def test_a_server_side_partition_map_refuses_the_impostor_and_keeps_the_honest_node(
+    cache_dir, tmp_path, monkeypatch
+):
+    from ripple_flwr.testing.inprocess import NODE_ID_BASE
+
+    # Node i holds partition i (the in-process grid's ids); the file binds each id to it.
+    binding = {str(NODE_ID_BASE + 2 * i): i for i in range(6)}
+    path = tmp_path / "partitions.json"
+    path.write_text(json.dumps(binding))
+    monkeypatch.setenv("RIPPLE_PARTITION_MAP", str(path))
+    r = run(config(cache_dir, tmp_path), {HOSTILE: set_field("query", "info", "partition-id", 0)})
+    assert r["clients"]["partition_ids"] == [0, 2, 3, 4, 5]  # the honest holder of 0 trains
+    (reason,) = r["clients"]["left_out"].values()
+    assert "claims partition 0, but the server's partition map binds it to partition 1" in reason
+    # A node the file does not list is refused; a broken file stops the run in one line.
+    del binding[str(NODE_ID_BASE + 2 * 5)]
+    path.write_text(json.dumps(binding))
+    r = run(config(cache_dir, tmp_path), {})
+    assert "not in the server's partition map" in next(iter(r["clients"]["left_out"].values()))
+    for bad in ('{"1": 0, "2": 0}', '{"x": 0}', '{"1": 99}', "[]", "{"):
+        path.write_text(bad)
+        with pytest.raises(ConfigError, match="RIPPLE_PARTITION_MAP") as err:
+            run(config(cache_dir, tmp_path), {})
+        assert "\n" not in str(err.value)
 
 
 def test_an_embedding_whose_header_promises_terabytes_is_refused_before_decoding():

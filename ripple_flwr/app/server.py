@@ -22,6 +22,7 @@ from ripple_flwr.app.records import mechanism_records, state_to_record
 from ripple_flwr.app.registry import MethodInputs, get_method
 from ripple_flwr.app.run_config import check_image_shape, parse_run_config, settings_defaults
 from ripple_flwr.app.run_data import RunData, resolve_run_data
+from ripple_flwr.app.strategies.core.claims import load_partition_map
 from ripple_flwr.app.strategies.core.zero_shot import onboard_new_clients
 from ripple_flwr.data import Federation
 from ripple_flwr.io.integrity import IntegrityError
@@ -319,6 +320,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     log.info("Ripple run: %s", json.dumps(settings.to_dict()))
     results_path = confined_results_path(settings)  # before any work
     confined_checkpoint(settings)  # (cache-dir: parse_run_config, on clients too)
+    load_partition_map(settings.total_partitions)  # a bad binding file: one line, before work
     saved_state = load_resume_state(settings) if settings.resume else None
 
     pretrained = pretrained_report(settings)

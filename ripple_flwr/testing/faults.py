@@ -172,6 +172,19 @@ def dead_after(server_round: int, error: bool = True) -> Fault:
     return fault
 
 
+def absent() -> Fault:
+    """A node that never trains (every training reply an error) but answers everything else.
+
+    The baseline a defence that drops a culprit can at best reach: the run
+    without the culprit's training.
+    """
+
+    def rewrite(msg: Message, reply: Message) -> Message:
+        return Message(Error(code=0, reason="absent from training (baseline)"), reply_to=msg)
+
+    return _on("train", rewrite)
+
+
 def combine(*faults: Fault) -> Fault:
     """Apply several faults in turn."""
 
@@ -196,6 +209,7 @@ FAULTS: dict[str, Callable[[], Fault]] = {
     "huge-control": huge_control,
     "query-sizes": lambda: combine(query_sizes(), inflated_count(10**12), fake_evaluation(1.0)),
     "killed": lambda: dead_after(1, error=True),
+    "absent": absent,
 }
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from flwr.serverapp import Grid
 
 from ripple_flwr.app.records import DP_CONFIG, DP_RECORD
+from ripple_flwr.app.strategies.core.claims import load_partition_map
 from ripple_flwr.app.strategies.core.fields import SIZE_CAP_FACTOR, size_cap
 from ripple_flwr.app.strategies.core.own_data import LocalData
 from ripple_flwr.app.strategies.core.query import (
@@ -132,6 +133,8 @@ class ClientRoster:
         self.releases = ReleaseLedger()  # the DP releases of the embedding, per partition
         self.resuming: dict[str, Any] | None = None  # the saved server state a run continues
         self._restored = False
+        # The server's node id -> partition binding ($RIPPLE_PARTITION_MAP), if it has one.
+        self.bound = load_partition_map(settings.total_partitions)
 
     def resume_from(self, state: dict[str, Any]) -> None:
         """Continue the interrupted run of ``state`` (its server checkpoint) in :meth:`prepare`.
@@ -164,6 +167,7 @@ class ClientRoster:
             taken=taken,
             extra=extra,
             local=self.local,
+            bound=self.bound,
         )
         if kind != "none" and DP_RECORD in extra:
             self.releases.count(len(node_ids), result.partition_ids)

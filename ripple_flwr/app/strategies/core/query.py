@@ -17,6 +17,7 @@ import numpy as np
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
+from ripple_flwr.app.strategies.core.claims import binding_refusal
 from ripple_flwr.app.strategies.core.fields import REPLY_ERRORS, as_count, as_number, as_text
 from ripple_flwr.app.strategies.core.grid import send_and_receive
 from ripple_flwr.app.strategies.core.own_data import LocalData, assign_local, check_local_info
@@ -173,6 +174,7 @@ def query_round(
     taken: Iterable[int] = (),
     extra: dict[str, Any] | None = None,
     local: LocalData | None = None,
+    bound: dict[int, int] | None = None,
 ) -> QueryResult:
     """Ask every node once for its partition id (and summary); validate every reply.
 
@@ -223,6 +225,8 @@ def query_round(
             continue
         if local_claim is not None:
             pending.append(local_claim)
+        elif (refusal := binding_refusal(bound, nid, pid)) is not None:
+            rejected[nid] = refusal
         elif pid in taken:
             rejected[nid] = f"partition-id {pid} is already held by another node of the run"
         else:
