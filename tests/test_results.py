@@ -36,6 +36,11 @@ def test_routing_metrics_and_client_stats():
     s = client_stats([1.0, 0.0], [3, 1])
     assert s["weighted_mean"] == 0.75 and s["mean"] == 0.5 and s["std"] == 0.5
     assert tail_mean([0.1, 0.5, 0.6, 0.7]) == pytest.approx(0.6)
+    # Evaluations that scored nobody are missing, and the mean never reaches past them to
+    # older ones (pFedMe once reported 0.583 for a run whose last evaluations scored nobody).
+    nan = float("nan")
+    assert tail_mean([0.5, 0.6, None, nan, nan]) != tail_mean([0.5, 0.6, None, nan, nan])
+    assert tail_mean([0.5, 0.6, 0.7, nan, 0.9]) == pytest.approx(0.8)
 
 
 def test_write_results_is_strict_json_with_a_plot(tmp_path):
