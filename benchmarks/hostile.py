@@ -94,14 +94,16 @@ def model_norm(results_path: Path) -> float | None:
 
 
 def named(res: dict, culprits: tuple[int, ...]) -> bool:
-    """Whether the run named a culprit: dropped, left out, not scored, not routed, refused."""
+    """Whether the run named a culprit: dropped, left out, capped, not scored, not routed,
+    or an aggregate refused."""
     bad = set(culprits)
     hits = [d["partition"] for r in res["rounds"] for d in r["dropped"]]
     hits += [f["partition"] for e in res["evaluations"] for f in e.get("failed", [])]
     hits += [int(p) for p in res["clients"].get("sizes_capped", {})]
     hits += [d["partition"] for d in (res.get("routing") or {}).get("out_of_domain", [])]
+    left_out = bool(res["clients"].get("left_out"))  # by node id: no honest node is, clean
     refused = any(r.get("refused") for r in res["rounds"])
-    return bool(bad & set(hits)) or refused
+    return bool(bad & set(hits)) or left_out or refused
 
 
 def one(case: str, method: str, fault: str | None, culprits, extra: dict, args, out: Path) -> dict:
@@ -147,27 +149,40 @@ def one(case: str, method: str, fault: str | None, culprits, extra: dict, args, 
     }
 
 
-def classify(row: dict, clean: dict | None) -> str:
-    """refused (named, models sane), survived (unnamed, close to clean), silent corruption."""
+def close_to(row: dict, ref: dict | None) -> bool:
+    """Honest accuracy and model norm within TOLERANCE of ``ref``'s (norm: when both have one)."""
+    if ref is None:
+        return False
+    for key, tol in (("honest_accuracy", "accuracy"), ("model_norm", "model_norm")):
+        if ref.get(key) is None:
+            continue  # the oracle saves no run to take a norm of
+        value = row.get(key)
+        if value is None or not math.isfinite(value):
+            return False
+        scale = 1.0 if tol == "accuracy" else ref[key]
+        if abs(value - ref[key]) > TOLERANCE[tol] * scale:
+            return False
+    return True
+
+
+def classify(row: dict, clean: dict | None, absent: dict | None) -> str:
+    """refused: named, and the run as good as the clean one or the one without the culprits'
+    training (the best dropping can do); survived: not named, as good as clean; a silent
+    corruption: not named and worse; refused but harmed: named and worse."""
     if "outcome" in row:
         return row["outcome"]
-    if row["case"] == "clean":
-        return "clean"
-    close = clean is not None and all(
-        row[k] is not None
-        and math.isfinite(row[k])
-        and abs(row[k] - clean[k]) <= TOLERANCE[key] * (1 if key == "accuracy" else clean[k])
-        for k, key in (("honest_accuracy", "accuracy"), ("model_norm", "model_norm"))
-        if clean[k] is not None  # the oracle saves no run to take a norm of
+    headline = row["headline_accuracy"]
+    lifted = (
+        clean is not None
+        and headline is not None
+        and math.isfinite(headline)
+        and headline > clean["headline_accuracy"] + 2 * TOLERANCE["accuracy"]
     )
-    headline_ok = clean is not None and (
-        row["headline_accuracy"] is None
-        or not math.isfinite(row["headline_accuracy"])
-        or row["headline_accuracy"] <= clean["headline_accuracy"] + TOLERANCE["accuracy"] * 2
-    )
-    if not (close and headline_ok):
-        return "silent corruption" if not row["named"] else "refused but harmed"
-    return "refused" if row["named"] else "survived"
+    if row["named"]:
+        ok = (close_to(row, clean) or close_to(row, absent)) and not lifted
+        return "refused" if ok else "refused but harmed"
+    ok = close_to(row, clean) and not lifted
+    return "survived" if ok else "silent corruption"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,19 +195,25 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     signal.signal(signal.SIGALRM, _hang)
-    rows = []
+    rows, baselines = [], {}
+    absent = sorted({(m, c) for _, m, f, c, _ in CASES if f is not None})
     with tempfile.TemporaryDirectory() as tmp:
+        for method, culprits in absent:
+            case = f"absent-{'-'.join(map(str, culprits))}"
+            baselines[method, culprits] = one(case, method, "absent", culprits, {}, args, Path(tmp))
+            print(json.dumps(baselines[method, culprits]), file=sys.stderr, flush=True)
         for case, method, fault, culprits, extra in CASES:
             rows.append(one(case, method, fault, culprits, extra, args, Path(tmp)))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     clean = {r["method"]: r for r in rows if r["case"] == "clean"}
-    for r in rows:
-        base = clean.get(r["method"])
-        r["outcome"] = classify(r, base)
-        if base is not None and r is not base:
-            r["clean_honest_accuracy"] = base.get("honest_accuracy")
-            r["clean_model_norm"] = base.get("model_norm")
     attacks = [r for r in rows if r["case"] != "clean"]
+    for r in attacks:
+        base, gone = clean.get(r["method"]), baselines.get((r["method"], tuple(r["culprits"])))
+        r["outcome"] = classify(r, base, gone)
+        for name, ref in (("clean", base), ("absent", gone)):
+            if ref is not None:
+                r[f"{name}_honest_accuracy"] = ref.get("honest_accuracy")
+                r[f"{name}_model_norm"] = ref.get("model_norm")
     tally = {"cases": len(attacks)}
     for outcome in (
         "refused",
@@ -203,7 +224,15 @@ def main(argv: list[str] | None = None) -> int:
         "hang",
     ):
         tally[outcome.replace(" ", "_")] = sum(r["outcome"] == outcome for r in attacks)
-    line = json.dumps({"rounds": args.rounds, "tally": tally, "cases": rows})
+    line = json.dumps(
+        {
+            "rounds": args.rounds,
+            "tolerance": TOLERANCE,
+            "tally": tally,
+            "cases": rows,
+            "absent_baselines": list(baselines.values()),
+        }
+    )
     print(line)
     write_json_line(line, args.out)
     return 0

@@ -79,9 +79,10 @@ def update_stats(sent: State, returned: State) -> tuple[float, float]:
         if not np.issubdtype(before.dtype, np.inexact):
             continue
         after = np.asarray(returned[key])
-        diff = (after - before).ravel()
         flat = before.ravel()
-        sq, dot = float(np.dot(diff, diff)), float(np.dot(diff, flat))
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is redone below
+            diff = (after - before).ravel()
+            sq, dot = float(np.dot(diff, diff)), float(np.dot(diff, flat))
         if not (math.isfinite(sq) and math.isfinite(dot)):
             wide = after.astype(np.float64).ravel() - flat.astype(np.float64)
             sq, dot = float(np.dot(wide, wide)), float(np.dot(wide, flat.astype(np.float64)))
