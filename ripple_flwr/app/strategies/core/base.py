@@ -25,7 +25,7 @@ import logging
 import math
 import time
 from abc import abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,29 +35,21 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from ripple_flwr.aggregation.mixing import uniform_sample
-from ripple_flwr.aggregation.robust import (
-    out_of_bound,
-    out_of_rescale,
-    state_norm,
-    update_stats,
-)
-from ripple_flwr.app.candidates import Payload, payload_nbytes, payload_size
-from ripple_flwr.app.records import record_to_state, state_to_record
+from ripple_flwr.app.candidates import Payload
+from ripple_flwr.app.records import state_to_record
+from ripple_flwr.app.strategies.core.accepting import ReplyAcceptance
 from ripple_flwr.app.strategies.core.accounting import (
-    Dropped,
     EvaluationRecord,
     Ledger,
     RoundRecord,
 )
 from ripple_flwr.app.strategies.core.admission import ClientRoster, QueryResult
-from ripple_flwr.app.strategies.core.evaluation import evaluate_messages, score_stats
+from ripple_flwr.app.strategies.core.evaluating import EvaluationRounds
 from ripple_flwr.app.strategies.core.grid import PollingGrid
 from ripple_flwr.app.strategies.core.loop import run_rounds
 from ripple_flwr.app.strategies.core.replies import (
     Accepted,
     Reference,
-    check_train_replies,
-    collect_evaluations,
     state_reference,
 )
 from ripple_flwr.app.strategies.core.restore import restored_fields
@@ -69,8 +61,6 @@ from ripple_flwr.settings import Option, RunSettings
 log = logging.getLogger("flwr.ripple")
 
 _SAMPLER_KEY = 0x5A4D  # SeedSequence key of the client sampler (same for every method)
-# Rounds of accepted update norms and radial steps the update bound remembers.
-HISTORY_ROUNDS = 5
 
 
 def states_to_records(states: Sequence[dict[str, np.ndarray]]) -> list[ArrayRecord]:
@@ -89,7 +79,7 @@ def client_train_config(settings: RunSettings) -> ConfigRecord:
     )
 
 
-class AppStrategy(Strategy):
+class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
     """A Flower strategy run over the app's clients.
 
     Subclasses implement :meth:`eval_payloads`; they may override
@@ -311,150 +301,6 @@ class AppStrategy(Strategy):
         self._round.server_seconds = time.perf_counter() - self._round_start
         return messages
 
-    def accept_replies(self, server_round: int, replies: Iterable[Message]) -> list[Accepted]:
-        """Validate every reply in one place; the usable ones in row order.
-
-        A reply is matched to the message it answers; its model must pass
-        :func:`~ripple_flwr.app.strategies.core.replies.validate_train_reply`; its
-        ``num-examples`` is held to the client's training split size from the
-        query round; its update must be in proportion with the round's (see
-        :func:`ripple_flwr.aggregation.robust.out_of_bound`). Clients that failed
-        ``max-failures`` rounds in a row are left out of sampling.
-        """
-        replies = list(replies)
-        self._round.bytes_up = sum(message_nbytes(m) for m in replies)
-        # Ids are set when the grid pushes the messages, after configure_train returned them.
-        pending = {str(m.metadata.message_id): row for row, m in self._sent_messages}
-        accepted, dropped = check_train_replies(
-            replies,
-            pending,
-            self.reference,
-            self.clients.partition_ids,
-            server_round,
-            self.settings.round_timeout,
-            extra_references=self.extra_reply_references,
-        )
-        for a in accepted:
-            self._hold_to_known_count(server_round, a)
-        kept = []
-        for a in accepted:
-            reason = self.check_reply(a)
-            if reason is None:
-                kept.append(a)
-                continue
-            dropped.append(self._drop(server_round, a, reason))
-        accepted, out = self._bound_updates(server_round, kept)
-        dropped = sorted(dropped + out, key=lambda d: d.partition)
-        self._round.dropped = dropped
-        self._count_failures(server_round, accepted, dropped)
-        return accepted
-
-    def _hold_to_known_count(self, server_round: int, a: Accepted) -> None:
-        """A reply's ``num-examples`` is the client's training split size, whatever it says."""
-        known = self.clients.known_train(a.row)
-        if known is None or a.num_examples == known:
-            return
-        log.warning(
-            "round %d: partition %d reported num-examples=%d but its training split has %d; "
-            "weighting it by %d",
-            server_round,
-            self.clients.partition_ids[a.row],
-            a.num_examples,
-            known,
-            known,
-        )
-        a.num_examples = known
-        a.message.content.metric_records["metrics"]["num-examples"] = known  # what Flower reads
-
-    def _bound_updates(
-        self, server_round: int, accepted: list[Accepted]
-    ) -> tuple[list[Accepted], list[Dropped]]:
-        """Drop (and name) replies whose update is out of proportion with the round's.
-
-        Two yardsticks (:mod:`ripple_flwr.aggregation.robust`): the update's norm
-        and its radial step, each against the low median of this round's and of
-        the last :data:`HISTORY_ROUNDS` rounds' accepted replies.
-        """
-        s = self.settings
-        if not accepted or (s.update_norm_factor <= 0 and s.max_update_norm <= 0):
-            return accepted, []
-        origins = self._origins(accepted)
-        model_norm: dict[int, float] = {}  # one norm per distinct model sent
-        for o in origins:
-            if id(o) not in model_norm:
-                model_norm[id(o)] = state_norm(o)
-        stats = [update_stats(o, a.state) for o, a in zip(origins, accepted, strict=True)]
-        norms = [n for n, _ in stats]
-        squares = [max(model_norm[id(o)], 1e-12) ** 2 for o in origins]
-        radials = [dot / sq for (_, dot), sq in zip(stats, squares, strict=True)]
-        by_norm = out_of_bound(
-            norms,
-            self._accepted_norms,
-            s.update_norm_factor,
-            s.max_update_norm,
-            model_norms=[model_norm[id(o)] for o in origins],
-        )
-        by_rescale = out_of_rescale(radials, self._accepted_radials, s.update_norm_factor)
-        kept, out = [], []
-        for a, norm, radial, r1, r2 in zip(
-            accepted, norms, radials, by_norm, by_rescale, strict=True
-        ):
-            reason = r1 or r2
-            if reason is None:
-                kept.append((a, norm, radial))
-                continue
-            out.append(self._drop(server_round, a, reason))
-        keep = HISTORY_ROUNDS * max(s.clients_per_round, 1)
-        self._accepted_norms = (self._accepted_norms + [n for _, n, _ in kept])[-keep:]
-        self._accepted_radials = (self._accepted_radials + [r for _, _, r in kept])[-keep:]
-        return [a for a, _, _ in kept], out
-
-    def _origins(self, accepted: list[Accepted]) -> list[dict[str, np.ndarray]]:
-        """The model each reply's update is measured from, each record decoded once."""
-        sent: dict[int, dict[str, np.ndarray]] = {}
-        decoded: dict[int, dict[str, np.ndarray]] = {}  # one decode per shared record
-        for row, msg in self._sent_messages:
-            record = msg.content.array_records["arrays"]
-            if id(record) not in decoded:
-                decoded[id(record)] = record_to_state(record)
-            sent[row] = decoded[id(record)]
-        return [self.update_origin(a, sent[a.row]) for a in accepted]
-
-    def _drop(self, server_round: int, a: Accepted, reason: str) -> Dropped:
-        """Log a reply that passed validation but is not used, and record why."""
-        pid = self.clients.partition_ids[a.row]
-        log.warning("round %d: dropped reply of partition %d: %s", server_round, pid, reason)
-        return Dropped(pid, reason)
-
-    def update_origin(self, a: Accepted, sent: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The model a reply's update is measured from: what was sent (IFCA: the chosen one)."""
-        return sent
-
-    def check_reply(self, a: Accepted) -> str | None:
-        """A method's own check of a valid reply: the reason to drop it, or ``None``."""
-        return None
-
-    def _count_failures(
-        self, server_round: int, accepted: list[Accepted], dropped: list[Dropped]
-    ) -> None:
-        """Count training rounds each client failed in a row (no reply or a client error)."""
-        row_of = {self.clients.partition_ids[r]: r for r, _ in self._sent_messages}
-        for a in accepted:
-            self.failures.pop(a.row, None)
-        for d in dropped:
-            if not (d.reason.startswith("no reply") or d.reason.startswith("client error")):
-                continue  # a bad reply came back: the node is alive
-            row = row_of[d.partition]
-            self.failures[row] = self.failures.get(row, 0) + 1
-            if self.failures[row] == self.settings.max_failures:
-                log.warning(
-                    "round %d: partition %d failed %d rounds in a row; left out of sampling "
-                    "until it answers an evaluation",
-                    server_round,
-                    d.partition,
-                    self.failures[row],
-                )
-
     def end_round(self, accepted: list[Accepted], server_seconds: float) -> MetricRecord | None:
         """Close the round's record and log it; the train metrics Flower's loop keeps."""
         rec = self._round
@@ -479,104 +325,6 @@ class AppStrategy(Strategy):
         if not accepted:
             return None
         return MetricRecord({"train_loss": rec.train_loss, "num-examples": rec.num_examples})
-
-    # -- evaluation ------------------------------------------------------------------------
-    def is_eval_round(self, server_round: int) -> bool:
-        return server_round % self.settings.eval_every == 0 or server_round == self.num_rounds
-
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        """Every client gets the model it would receive, on eval rounds only."""
-        if not self.is_eval_round(server_round):
-            return []
-        payloads = self.eval_payloads(arrays)
-        messages = evaluate_messages(self.clients.node_ids, payloads, server_round)
-        self._eval_sent = list(enumerate(messages))
-        self._eval_candidates = {row: payload_size(p) for row, p in enumerate(payloads)}
-        self._eval = EvaluationRecord(
-            round=server_round,
-            bytes_down=sum(payload_nbytes(p) for p in payloads),
-            expected=len(messages),
-        )
-        self._eval_start = time.perf_counter()
-        return messages
-
-    def aggregate_evaluate(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> MetricRecord | None:
-        """Sample-weighted mean and spread of the clients' personalised accuracies."""
-        try:
-            return self._score_round(server_round, replies)
-        finally:
-            self.maybe_checkpoint(server_round)
-
-    def _score_round(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        if not self._eval_sent:
-            return None
-        pending = {str(m.metadata.message_id): row for row, m in self._eval_sent}
-        self._eval_sent = []
-        per_client, failed = collect_evaluations(
-            replies,
-            pending,
-            self.clients.partition_ids,
-            self.clients.known_tests(),
-            self.settings.round_timeout,
-            server_round,
-            num_candidates=self._eval_candidates,
-        )
-        self.scored(server_round, per_client)
-        rec = self._eval
-        rec.wall_seconds = time.perf_counter() - self._eval_start
-        rec.accuracy, rec.loss = score_stats(per_client), score_stats(per_client, "loss")
-        rec.clients, rec.failed = per_client, failed
-        rec.scored = len(per_client)
-        rec.coverage = rec.scored / rec.expected if rec.expected else 0.0
-        self.ledger.add_evaluation(rec)
-        self._readmit(server_round, per_client)
-        log.info(
-            "round %d/%d: personalised accuracy %.4f (weighted mean over %d of %d clients, "
-            "coverage %.2f; std %.4f, min %.4f)",
-            server_round,
-            self.num_rounds,
-            rec.accuracy["weighted_mean"],
-            rec.scored,
-            rec.expected,
-            rec.coverage,
-            rec.accuracy["std"],
-            rec.accuracy["min"],
-        )
-        for f in failed:
-            log.warning(
-                "round %d: partition %d not scored: %s", server_round, f.partition, f.reason
-            )
-        if not per_client:
-            return None
-        return MetricRecord(
-            {
-                "accuracy": rec.accuracy["weighted_mean"],
-                "accuracy-std": rec.accuracy["std"],
-                "loss": rec.loss["weighted_mean"],
-                "num-examples": sum(c.num_examples for c in per_client),
-            }
-        )
-
-    def scored(self, server_round: int, per_client: list) -> None:
-        """Read an evaluation's scores (IFCA: which model each client chose); nothing by default."""
-        return None
-
-    def _readmit(self, server_round: int, scored: list) -> None:
-        """A client left out of sampling that answers an evaluation is sampled again."""
-        row_of = {p: r for r, p in enumerate(self.clients.partition_ids)}
-        for c in scored:
-            row = row_of[c.partition]
-            if self.failures.get(row, 0) >= self.settings.max_failures:
-                log.info(
-                    "round %d: partition %d answers again; back in sampling",
-                    server_round,
-                    c.partition,
-                )
-            self.failures.pop(row, None)
 
     # -- resume ----------------------------------------------------------------------------
     def server_state(self, server_round: int) -> dict[str, Any]:
