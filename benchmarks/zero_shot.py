@@ -43,9 +43,9 @@ from ripple_flwr.aggregation.mixing import unstack  # noqa: E402
 from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.server import run_server  # noqa: E402
 from ripple_flwr.data.cache import cached_federation  # noqa: E402
+from ripple_flwr.runs.onboarding import Onboarder  # noqa: E402
 from ripple_flwr.runs.outputs import CHECKPOINT_DIR_ENV  # noqa: E402
 from ripple_flwr.runs.results import client_stats, finished_results, hard_ari  # noqa: E402
-from ripple_flwr.runs.saved_runs import Onboarder  # noqa: E402
 from ripple_flwr.testing.inprocess import InProcessGrid  # noqa: E402
 from ripple_flwr.training.loops import evaluate_model  # noqa: E402
 

@@ -18,14 +18,12 @@ from ripple_flwr.cli import onboard
 from ripple_flwr.data.cache import cached_federation
 from ripple_flwr.io.integrity import seal
 from ripple_flwr.router.pretrain import load_checkpoint
+from ripple_flwr.runs.onboarding import Onboarder, load_model, save_model
 from ripple_flwr.runs.saved_runs import (
     SAVED_RUN_VERSION,
-    Onboarder,
     SavedRun,
     file_sha256,
-    load_model,
     load_run,
-    save_model,
     save_run,
 )
 from ripple_flwr.training.models import build_model, get_state

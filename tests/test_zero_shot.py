@@ -208,7 +208,7 @@ def test_ripple_run_with_hdb_and_new_clients_end_to_end(tiny_checkpoint, cache_d
     """The real client handlers: zero-shot scores in the results, a saved run onboard.py reads."""
     from ripple_flwr.app.server import run_server
     from ripple_flwr.data.cache import cached_federation
-    from ripple_flwr.runs.saved_runs import Onboarder
+    from ripple_flwr.runs.onboarding import Onboarder
 
     cfg = tiny_run_config(
         cache_dir,

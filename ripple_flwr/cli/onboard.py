@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ripple_flwr.cli.common import DEVICES, OneLineParser, check_device
-from ripple_flwr.runs.saved_runs import Onboarder, save_model
+from ripple_flwr.runs.onboarding import Onboarder, save_model
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

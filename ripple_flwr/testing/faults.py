@@ -208,6 +208,10 @@ FAULTS: dict[str, Callable[[], Fault]] = {
     "far-embedding": far_embedding,
     "huge-control": huge_control,
     "query-sizes": lambda: combine(query_sizes(), inflated_count(10**12), fake_evaluation(1.0)),
+    # Within the absolute bound (10^8), so held to 4 x the median instead of refused.
+    "capped-sizes": lambda: combine(
+        query_sizes(10**8, 10**8), inflated_count(10**8), fake_evaluation(1.0, 10**8)
+    ),
     "killed": lambda: dead_after(1, error=True),
     "absent": absent,
 }
