@@ -16,7 +16,9 @@ from ripple_flwr.app.strategies.core.fields import (
     SIZE_CAP_FACTOR,
     as_count,
     as_number,
+    size_cap,
 )
+from ripple_flwr.app.strategies.core.query import QueryResult
 from ripple_flwr.settings import ConfigError
 from ripple_flwr.testing.faults import FAULTS, MISSING, combine, set_field
 
@@ -115,18 +117,19 @@ def test_a_mutated_reply_field_never_crashes_the_run(field, value, cache_dir, tm
 
 def test_claimed_sizes_buy_no_weight_and_no_headline(cache_dir, tmp_path):
     clean = run(config(cache_dir, tmp_path, **{"num-server-rounds": 3}), {})
-    # Sizes within the absolute bound but far above the others: held to 4x the median.
+    # Sizes within the absolute bound but far above the others. A benchmark partition's
+    # sizes are the server's own (it rebuilds the federation): the claim is replaced.
     big = combine(
         set_field("query", "info", "num-examples", MAX_CLIENT_EXAMPLES),
         set_field("query", "info", "num-test-examples", MAX_CLIENT_EXAMPLES),
         FAULTS["inflated-count"](),
     )
     hostile = run(config(cache_dir, tmp_path, **{"num-server-rounds": 3}), {HOSTILE: big})
-    assert hostile["clients"]["sizes_capped"] == {str(HOSTILE): MAX_CLIENT_EXAMPLES}
-    cap = hostile["clients"]["size_cap"]
-    assert cap == int(SIZE_CAP_FACTOR * 48)  # 60 images, 48 in training
-    rounds = hostile["rounds"]
-    assert all(r["num_examples"] <= 5 * 48 + cap for r in rounds)
+    claimed = [MAX_CLIENT_EXAMPLES, MAX_CLIENT_EXAMPLES]
+    assert hostile["clients"]["sizes_corrected"] == {str(HOSTILE): claimed}
+    assert hostile["clients"]["sizes_capped"] == {}
+    assert [r["num_examples"] for r in hostile["rounds"]] == [6 * 48] * 3  # 60 images, 48 train
+    assert hostile["final_accuracy"] == clean["final_accuracy"]  # nothing changed at all
     # The headline weighs every client once: a fake perfect score moves it by at most 1/6.
     faked = run(
         config(cache_dir, tmp_path, **{"num-server-rounds": 3}),
@@ -135,6 +138,17 @@ def test_claimed_sizes_buy_no_weight_and_no_headline(cache_dir, tmp_path):
     assert faked["final_accuracy_weighting"] == "clients"
     assert faked["final_accuracy"] <= clean["final_accuracy"] + 1 / 6 + 1e-9
     assert faked["final_accuracy"] < 1.0
+
+
+def test_sizes_nobody_can_check_are_held_to_four_medians():
+    # Nodes with their own data: the server cannot know their sizes; each is capped.
+    result = QueryResult([1, 2, 3, 4], [0, 1, 2, 3], [10, 12, 11, MAX_CLIENT_EXAMPLES], None)
+    result.num_test = [3, 3, 3, MAX_CLIENT_EXAMPLES]
+    cap = size_cap(result.num_examples)
+    assert cap == int(SIZE_CAP_FACTOR * 11)  # the low median of the four
+    assert size_cap([10, MAX_CLIENT_EXAMPLES]) == int(SIZE_CAP_FACTOR * 10)  # one of two
+    assert result.cap_sizes(cap) == [3]
+    assert result.num_examples == [10, 12, 11, cap] and result.num_test == [3, 3, 3, cap]
 
 
 def test_two_nodes_claiming_one_partition_are_both_refused_and_named(cache_dir, tmp_path):

@@ -84,6 +84,16 @@ class RunData:
             return None
         return LocalData(self.classes_hash, self.image_shape, settings.num_partitions)
 
+    def partition_sizes(self) -> dict[int, tuple[int, int]] | None:
+        """Each benchmark partition's (train, test) split sizes; ``None`` for nodes' own data."""
+        if self.federation is None:
+            return None
+        fed = self.federation
+        return {
+            pid: (len(fed.train_indices[pid]), len(fed.test_indices[pid]))
+            for pid in range(fed.num_partitions)
+        }
+
     def query_records(self) -> dict[str, Any]:
         """Records sent with every query: the run's classes and shape, for local nodes."""
         from ripple_flwr.app.client_data import DATA_STATE_KEY

@@ -340,6 +340,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     strategy = build_strategy(settings, state, data, router)
     strategy.roster.query_records.update(data.query_records())
     strategy.roster.local = data.local(settings)
+    strategy.roster.known_sizes = data.partition_sizes()
     embedding_dp = None
     if settings.embedding_dp_epsilon:
         embedding_dp = ship_embedding_dp(settings, ckpt, data, strategy)

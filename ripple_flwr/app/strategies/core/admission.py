@@ -129,6 +129,9 @@ class ClientRoster:
         self.query_records: dict[str, Any] = {}  # sent with every query (public DP mechanism)
         self.size_cap = 0  # the most examples any client is weighted by (0: not yet known)
         self.capped: dict[int, int] = {}  # partition -> the size it claimed, when capped
+        # Benchmark runs: partition -> (train, test) split sizes, from the server's federation.
+        self.known_sizes: dict[int, tuple[int, int]] | None = None
+        self.corrected: dict[int, list[int]] = {}  # partition -> (train, test) it claimed
         self.local: LocalData | None = None  # set when the nodes bring their own data
         self.releases = ReleaseLedger()  # the DP releases of the embedding, per partition
         self.resuming: dict[str, Any] | None = None  # the saved server state a run continues
@@ -192,6 +195,7 @@ class ClientRoster:
         everyone = self._ask(grid, node_ids, summary=self.resuming is None)
         self.query_seconds = time.perf_counter() - t0
         self.known_nodes.update(int(n) for n in node_ids)
+        self._correct(everyone)
         self.size_cap = size_cap(everyone.num_examples)
         self._cap(everyone)
         clients, new = split_new(everyone, s.num_partitions)
@@ -276,6 +280,7 @@ class ClientRoster:
         t0 = time.perf_counter()
         result = self._ask(grid, fresh, taken=taken)
         self.known_nodes.update(fresh)
+        self._correct(result)
         self._cap(result)  # a late joiner is held to the cap the first round set
         train, new = split_new(result, s.num_partitions)
         self.clients.rejected.update(result.rejected)
@@ -301,6 +306,32 @@ class ClientRoster:
         )
         return train if len(train) else None
 
+    def _correct(self, result: QueryResult) -> None:
+        """Benchmark partitions: the sizes are the server's, whatever a client reports.
+
+        Every node rebuilds the run's federation from its config, the server
+        too, so it knows each partition's split sizes; a different claim is
+        logged, recorded under ``clients.sizes_corrected`` and replaced.
+        """
+        if self.known_sizes is None:
+            return
+        for row, pid in enumerate(result.partition_ids):
+            train, test = self.known_sizes[pid]
+            said = (result.num_examples[row], result.num_test[row] if result.num_test else 0)
+            if any(v and v != k for v, k in zip(said, (train, test), strict=True)):
+                self.corrected[pid] = list(said)
+                log.warning(
+                    "partition %d reported %d/%d examples; its split has %d/%d (the server's "
+                    "federation): weighted by those",
+                    pid,
+                    *said,
+                    train,
+                    test,
+                )
+            result.num_examples[row] = train
+            if result.num_test:
+                result.num_test[row] = test
+
     def _cap(self, result: QueryResult) -> None:
         claimed = {r: (result.num_examples[r], result.num_test[r]) for r in range(len(result))}
         for row in result.cap_sizes(self.size_cap):
@@ -323,6 +354,8 @@ class ClientRoster:
             "joined": self.joined,
             "query_seconds": self.query_seconds,
             "size_cap": self.size_cap,
+            "capped": {str(p): n for p, n in self.capped.items()},
+            "corrected": {str(p): list(n) for p, n in self.corrected.items()},
             "releases": self.releases.to_dict(),
         }
 
@@ -340,6 +373,11 @@ class ClientRoster:
         self.size_cap = int(saved.get("size_cap") or size_cap(self.clients.num_examples))
         self.known_nodes |= {int(n) for n in saved["known_nodes"]}
         self.joined = list(saved["joined"])
+        # What the results record of sizes a client misreported (absent in older checkpoints).
+        self.capped = {int(p): int(n) for p, n in saved.get("capped", {}).items()}
+        self.corrected = {
+            int(p): [int(v) for v in n] for p, n in saved.get("corrected", {}).items()
+        }
         if "releases" in saved:
             self.releases = ReleaseLedger.from_dict(saved["releases"])
         elif DP_RECORD in self.query_records:  # a checkpoint from before the count was kept
@@ -356,6 +394,7 @@ class ClientRoster:
             "left_out": {str(n): r for n, r in (c.rejected.items() if c else [])},
             "size_cap": self.size_cap,
             "sizes_capped": {str(p): n for p, n in sorted(self.capped.items())},
+            "sizes_corrected": {str(p): n for p, n in sorted(self.corrected.items())},
         }
 
 

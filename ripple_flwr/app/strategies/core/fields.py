@@ -80,12 +80,13 @@ def size_cap(sizes: list[int]) -> int:
     """The most examples a client of this round (or run) is weighted by: a multiple of the median.
 
     A client that claims a huge split gets no more than ``SIZE_CAP_FACTOR`` times
-    the median client's weight in any aggregate or example-weighted score.
+    the median client's weight in any aggregate or example-weighted score. The
+    *low* median: one claim among two never sets its own cap.
     """
-    known = [n for n in sizes if n > 0]
+    known = sorted(n for n in sizes if n > 0)
     if not known:
         return MAX_CLIENT_EXAMPLES
-    return max(1, int(SIZE_CAP_FACTOR * float(np.median(known))))
+    return max(1, int(SIZE_CAP_FACTOR * known[(len(known) - 1) // 2]))
 
 
 def _short(raw: Any) -> str:
