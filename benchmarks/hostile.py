@@ -108,6 +108,7 @@ def named(res: dict, culprits: tuple[int, ...]) -> bool:
     hits = [d["partition"] for r in res["rounds"] for d in r["dropped"]]
     hits += [f["partition"] for e in res["evaluations"] for f in e.get("failed", [])]
     hits += [int(p) for p in res["clients"].get("sizes_capped", {})]
+    hits += [int(p) for p in res["clients"].get("sizes_corrected", {})]
     hits += [d["partition"] for d in (res.get("routing") or {}).get("out_of_domain", [])]
     left_out = bool(res["clients"].get("left_out"))  # by node id: no honest node is, clean
     refused = any(r.get("refused") for r in res["rounds"])
@@ -154,6 +155,7 @@ def one(case: str, method: str, fault: str | None, culprits, extra: dict, args, 
         "dropped_partitions": sorted({d["partition"] for d in dropped}),
         "first_drop_reason": dropped[0]["reason"] if dropped else None,
         "refused_rounds": [r["round"] for r in res["rounds"] if r.get("refused")],
+        "_evaluations": res["evaluations"][-3:],  # the clean run's, for any set of culprits
     }
 
 
@@ -209,19 +211,24 @@ def main(argv: list[str] | None = None) -> int:
         for method, culprits in absent:
             case = f"absent-{'-'.join(map(str, culprits))}"
             baselines[method, culprits] = one(case, method, "absent", culprits, {}, args, Path(tmp))
-            print(json.dumps(baselines[method, culprits]), file=sys.stderr, flush=True)
+            print(json.dumps(baselines[method, culprits])[:300], file=sys.stderr, flush=True)
         for case, method, fault, culprits, extra in CASES:
             rows.append(one(case, method, fault, culprits, extra, args, Path(tmp)))
-            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            print(json.dumps(rows[-1])[:300], file=sys.stderr, flush=True)
     clean = {r["method"]: r for r in rows if r["case"] == "clean"}
     attacks = [r for r in rows if r["case"] != "clean"]
     for r in attacks:
         base, gone = clean.get(r["method"]), baselines.get((r["method"], tuple(r["culprits"])))
+        if base is not None:  # the clean run's accuracy over the same honest clients
+            evals = {"evaluations": base["_evaluations"]}
+            base = {**base, "honest_accuracy": honest_accuracy(evals, tuple(r["culprits"]))}
         r["outcome"] = classify(r, base, gone)
         for name, ref in (("clean", base), ("absent", gone)):
             if ref is not None:
                 r[f"{name}_honest_accuracy"] = ref.get("honest_accuracy")
                 r[f"{name}_model_norm"] = ref.get("model_norm")
+    for r in [*rows, *baselines.values()]:
+        r.pop("_evaluations", None)
     tally = {"cases": len(attacks)}
     for outcome in (
         "refused",
