@@ -54,6 +54,7 @@ from runs import run_or_reuse, write_json_line  # noqa: E402
 
 from ripple_flwr.runs.outputs import CHECKPOINT_DIR_ENV, OUTPUT_DIR_ENV  # noqa: E402
 from ripple_flwr.runs.results import hard_ari, tail_mean  # noqa: E402
+from ripple_flwr.settings import CACHE_DIR_ENV  # noqa: E402
 
 TABLE1 = {
     **VARIANTS,
@@ -381,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[OUTPUT_DIR_ENV] = str(out)  # this script is the server: its folder is the output
     if args.checkpoint:  # and the checkpoint's folder is one it may read
         os.environ[CHECKPOINT_DIR_ENV] = str(Path(args.checkpoint).expanduser().resolve().parent)
+    if args.set.get("cache-dir"):  # and a cache folder it is given, its cache root
+        os.environ[CACHE_DIR_ENV] = str(Path(args.set["cache-dir"]).expanduser().resolve())
     logging.getLogger("flwr").setLevel(logging.WARNING)
     import torch
 

@@ -27,7 +27,7 @@ def test_loopback_deployment_two_supernodes(tmp_path, ray_tmp):
     cache = tmp_path / "cache"
     run_config = (
         'method="ripple" sampling="uniform" num-partitions=2 partition-size=60 aux-size=300 '
-        "num-components=4 clients-per-round=2 num-server-rounds=2 eval-every=1 batch-size=16 "
+        "num-components=4 clients-per-round=2 num-server-rounds=2 eval-every=2 batch-size=16 "
         "pretrain-bank-size=200 pretrain-steps=60 pretrain-client-size=40 "
         f'results-path="{results}" cache-dir="{cache}" node-wait-timeout=60.0 '
         "round-timeout=120.0"
@@ -37,7 +37,7 @@ def test_loopback_deployment_two_supernodes(tmp_path, ray_tmp):
     r = json.loads(results.read_text())
     assert r["clients"]["partition_ids"] == [0, 1]
     assert r["checkpoint"]["source"] == "pretrained"
-    assert sorted(r["accuracy_per_round"]) == ["1", "2"]
+    assert list(r["accuracy_per_round"]) == ["2"]  # scored once, at the end (CI time)
     assert all(b["down"] == b["up"] == 2 * r["model_bytes"] for b in r["bytes_per_round"].values())
     assert r["embedding_bytes_per_client"] == 1953 * 4
     assert list((cache / "federations").glob("federation-*.npz"))  # cached for fresh processes

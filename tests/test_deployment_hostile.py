@@ -71,7 +71,7 @@ def test_a_supernode_sending_huge_weights_is_dropped_and_the_run_completes(tmp_p
     results = tmp_path / "results.json"
     run_config = (
         'method="fedavg" num-partitions=3 partition-size=60 aux-size=300 num-components=4 '
-        "clients-per-round=3 num-server-rounds=2 eval-every=1 batch-size=16 "
+        "clients-per-round=3 num-server-rounds=2 eval-every=2 batch-size=16 "
         f'results-path="{results}" cache-dir="{tmp_path / "cache"}" node-wait-timeout=60.0 '
         "round-timeout=120.0"
     )

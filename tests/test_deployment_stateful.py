@@ -30,7 +30,7 @@ def test_scaffold_client_state_survives_fresh_clientapp_processes(tmp_path, ray_
     cache = tmp_path / "cache"
     run_config = (
         'method="scaffold" num-partitions=2 partition-size=60 aux-size=300 '
-        "num-components=4 clients-per-round=2 num-server-rounds=3 eval-every=1 batch-size=16 "
+        "num-components=4 clients-per-round=2 num-server-rounds=3 eval-every=3 batch-size=16 "
         "pretrain-bank-size=200 pretrain-steps=60 pretrain-client-size=40 "
         f'results-path="{results}" cache-dir="{cache}" node-wait-timeout=60.0 '
         "round-timeout=120.0"
@@ -39,7 +39,7 @@ def test_scaffold_client_state_survives_fresh_clientapp_processes(tmp_path, ray_
     run_insecure_deployment(tmp_path, ray_tmp, run_config, node_configs, timeout=480)
     r = json.loads(results.read_text())
     assert r["clients"]["partition_ids"] == [0, 1]
-    assert sorted(r["accuracy_per_round"], key=int) == ["1", "2", "3"]
+    assert list(r["accuracy_per_round"]) == ["3"]  # scored once, after the three rounds
     for rnd in r["rounds"]:
         assert rnd["received"] == 2 and not rnd["dropped"], rnd
     # Model and control variate, both ways.

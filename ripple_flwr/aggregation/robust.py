@@ -40,8 +40,9 @@ def update_norm(sent: State, returned: State) -> float:
         if not np.issubdtype(before.dtype, np.inexact):
             continue  # counters (num_batches_tracked) are not part of the update
         after = np.asarray(returned[key])
-        diff = (after - before).ravel()
-        sq = float(np.dot(diff, diff))
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is redone below
+            diff = (after - before).ravel()
+            sq = float(np.dot(diff, diff))
         if not math.isfinite(sq):
             wide = after.astype(np.float64).ravel() - before.astype(np.float64).ravel()
             sq = float(np.dot(wide, wide))

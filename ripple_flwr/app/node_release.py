@@ -14,12 +14,14 @@ is what holds.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-from ripple_flwr.privacy.release import PublicMechanism, noise_generator
+if TYPE_CHECKING:  # scipy comes with it: 0.5 s of every ClientApp process's start
+    from ripple_flwr.privacy.release import PublicMechanism
+
 
 RELEASE_STATE_KEY = "ripple.dp-release"  # context.state: this node's one DP release of the run
 
@@ -46,6 +48,8 @@ def release_once(
     held = state.config_records.get(RELEASE_STATE_KEY)
     if held is not None and held.get("key") == key:
         return np.frombuffer(held["phi"], dtype=np.float32).copy(), True
+    from ripple_flwr.privacy.release import noise_generator
+
     noisy = np.asarray(mech.release(embedding, noise_generator(node_config)), dtype=np.float32)
     releases = 1 + (int(held["releases"]) if held is not None else 0)
     state[RELEASE_STATE_KEY] = ConfigRecord(
