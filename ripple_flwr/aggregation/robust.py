@@ -27,27 +27,8 @@ State = Mapping[str, np.ndarray]
 
 
 def update_norm(sent: State, returned: State) -> float:
-    """L2 norm of ``returned - sent`` over the floating-point tensors.
-
-    Each tensor's difference and its squared norm are taken in the model's own
-    precision (one BLAS dot, about 10x faster than converting to float64
-    first); a square that overflows (a hostile reply) is taken again in
-    float64, so the norm stays exact in magnitude.
-    """
-    total = 0.0
-    for key, before in sent.items():
-        before = np.asarray(before)
-        if not np.issubdtype(before.dtype, np.inexact):
-            continue  # counters (num_batches_tracked) are not part of the update
-        after = np.asarray(returned[key])
-        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is redone below
-            diff = (after - before).ravel()
-            sq = float(np.dot(diff, diff))
-        if not math.isfinite(sq):
-            wide = after.astype(np.float64).ravel() - before.astype(np.float64).ravel()
-            sq = float(np.dot(wide, wide))
-        total += sq
-    return float(np.sqrt(total))
+    """L2 norm of ``returned - sent`` over the floating-point tensors (see :func:`update_stats`)."""
+    return update_stats(sent, returned)[0]
 
 
 def _squares(a: np.ndarray) -> np.ndarray:
@@ -71,8 +52,11 @@ def state_norm(state: State) -> float:
 def update_stats(sent: State, returned: State) -> tuple[float, float]:
     """``(||returned - sent||, <returned - sent, sent>)`` over the floating-point tensors.
 
-    One difference per tensor serves both sums (the norm as in :func:`update_norm`);
-    the inner product over ``||sent||^2`` is the reply's radial step.
+    Each tensor's difference and its two dot products are taken in the model's
+    own precision (one BLAS dot each, about 10x faster than converting to float64
+    first); a sum that overflows (a hostile reply) is taken again in float64, so
+    both stay exact in magnitude. Counters (``num_batches_tracked``) are not part
+    of the update. The inner product over ``||sent||^2`` is the radial step.
     """
     total, radial = 0.0, 0.0
     for key, before in sent.items():

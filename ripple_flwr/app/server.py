@@ -320,7 +320,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     log.info("Ripple run: %s", json.dumps(settings.to_dict()))
     results_path = confined_results_path(settings)  # before any work
     confined_checkpoint(settings)  # (cache-dir: parse_run_config, on clients too)
-    load_partition_map(settings.total_partitions)  # a bad binding file: one line, before work
+    bound = load_partition_map(settings.total_partitions)  # a bad file: one line, before work
     saved_state = load_resume_state(settings) if settings.resume else None
 
     pretrained = pretrained_report(settings)
@@ -341,6 +341,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     strategy.roster.query_records.update(data.query_records())
     strategy.roster.local = data.local(settings)
     strategy.roster.known_sizes = data.partition_sizes()
+    strategy.roster.bound = bound
     embedding_dp = None
     if settings.embedding_dp_epsilon:
         embedding_dp = ship_embedding_dp(settings, ckpt, data, strategy)

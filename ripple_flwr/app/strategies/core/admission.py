@@ -18,7 +18,6 @@ from typing import Any
 from flwr.serverapp import Grid
 
 from ripple_flwr.app.records import DP_CONFIG, DP_RECORD
-from ripple_flwr.app.strategies.core.claims import load_partition_map
 from ripple_flwr.app.strategies.core.fields import SIZE_CAP_FACTOR, size_cap
 from ripple_flwr.app.strategies.core.own_data import LocalData
 from ripple_flwr.app.strategies.core.query import (
@@ -137,7 +136,7 @@ class ClientRoster:
         self.resuming: dict[str, Any] | None = None  # the saved server state a run continues
         self._restored = False
         # The server's node id -> partition binding ($RIPPLE_PARTITION_MAP), if it has one.
-        self.bound = load_partition_map(settings.total_partitions)
+        self.bound: dict[int, int] | None = None
 
     def resume_from(self, state: dict[str, Any]) -> None:
         """Continue the interrupted run of ``state`` (its server checkpoint) in :meth:`prepare`.
