@@ -122,10 +122,18 @@ def tiny_checkpoint(tiny_pretrained) -> Path:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Tests that pre-train (through the shared fixture) are slow like the process tests."""
+    """Tests that pre-train (through the shared fixture) are slow like the process tests.
+
+    Tests that start real Flower processes (they all take the ``ray_tmp`` fixture) run one
+    after another on one pytest-xdist worker: each starts a SuperLink, SuperNodes and Ray, picks
+    free ports, and waits under timeouts sized for a machine it does not share with another
+    deployment. Everything else is spread over the other workers."""
     for item in items:
-        if {"tiny_pretrained", "tiny_checkpoint"} & set(getattr(item, "fixturenames", ())):
+        names = set(getattr(item, "fixturenames", ()))
+        if {"tiny_pretrained", "tiny_checkpoint"} & names:
             item.add_marker(pytest.mark.slow)
+        if "ray_tmp" in names:
+            item.add_marker(pytest.mark.xdist_group("flower-processes"))
 
 
 # -- real Flower processes (flwr run / loopback deployment tests) --------------------------------
