@@ -13,6 +13,7 @@ from ripple_flwr.aggregation.clustering import (
     cfl_should_split,
     cluster_means,
     flatten,
+    kmeans_lloyd,
     nearest_centres,
 )
 from ripple_flwr.app.candidates import lowest_loss, payload_records, split_candidates
@@ -227,17 +228,68 @@ def test_ifca_drops_a_reply_that_names_no_valid_model():
     assert strategy.models[1]["w"][0] == pytest.approx(94.0)  # client 3 alone
 
 
-def test_fesem_assigns_each_client_to_the_centre_nearest_its_own_model():
-    strategy, _, _ = run_method("fesem", rounds=1)
-    # After one round every client has its own model: cold-start centre + (pid + 1).
-    own = strategy.latest[:, 0]
-    centres = np.array([m["w"][0] for m in strategy.models])
-    expect = [int(np.argmin(np.abs(centres - o))) for o in own]
-    assert strategy.current_assignment().tolist() == expect
-    # Hand-built: centres at 0 and 100, own models at 40 and 60 -> 0 and 1.
-    strategy.set_models([state(0.0), state(100.0)])
-    strategy.latest[:2] = flatten([state(40.0), state(60.0)], strategy.keys)
-    assert strategy.current_assignment()[:2].tolist() == [0, 1]
+def test_kmeans_lloyd_by_hand():
+    points = np.array([[0.0, 0.0], [1.0, 0.0], [10.0, 0.0], [11.0, 0.0]])
+    centroids, labels = kmeans_lloyd(points, np.array([[0.0, 0.0], [1.0, 0.0]]), iters=1)
+    # One iteration: E-step {0} vs {1, 10, 11}, M-step (0, 0) and (22/3, 0), labels by those.
+    np.testing.assert_allclose(centroids, [[0.0, 0.0], [22 / 3, 0.0]])
+    assert labels.tolist() == [0, 0, 1, 1]
+    # Zero iterations: nearest centroid, centroids unchanged.
+    same, nearest = kmeans_lloyd(points, np.array([[0.0, 0.0], [10.0, 0.0]]), iters=0)
+    assert nearest.tolist() == [0, 0, 1, 1] and same.tolist() == [[0.0, 0.0], [10.0, 0.0]]
+
+
+def test_fesem_centres_start_from_one_initialisation():
+    """The authors copy one initial model into every centre (distinct models are IFCA's)."""
+    strategy, _, _ = run_method("fesem", rounds=0)
+    assert len(strategy.models) == 2
+    assert strategy.models[0]["w"].tolist() == strategy.models[1]["w"].tolist() == [10.0, 1, -1]
+    # Cold start: a seeded random partition from K-means over uniform(-0.01, 0.01) points.
+    assert np.abs(strategy.latest).max() <= 0.01 and not strategy.has_latest.any()
+    again, _, _ = run_method("fesem", rounds=0)
+    assert again.assignment.tolist() == strategy.assignment.tolist()
+
+
+def test_fesem_kmeans_moves_clients_between_centres_when_their_models_separate():
+    strategy, _, _ = run_method("fesem", rounds=0)
+    strategy.assignment = np.array([0, 0, 1, 1])
+    strategy.centroids = np.array([[0.0, 1.0, -1.0], [100.0, 1.0, -1.0]])
+    # Clients 1 and 2 trained towards the other centroid's members.
+    strategy.latest = flatten([state(5.0), state(95.0), state(3.0), state(97.0)], ["w"])
+    strategy.reassign(10)
+    assert strategy.assignment.tolist() == [0, 1, 0, 1]
+    assert strategy.events[-1] == {"round": 10, "reassigned": 2, "sizes": [2, 2]}
+    # The distance is to the members' mean (the centroid), not to the centre models.
+    np.testing.assert_allclose(strategy.centroids[:, 0], [4.0, 96.0])
+
+
+class Towards(Clients):
+    """Training moves w0 half-way to what the client's data wants (+40 or -40)."""
+
+    WANTS = {0: 40.0, 1: -40.0, 2: 40.0, 3: -40.0}
+
+    def __call__(self, msg: Message, context) -> Message:
+        reply = super().__call__(msg, context)
+        if msg.metadata.message_type.startswith("train"):
+            pid = int(context.node_config["partition-id"])
+            got = record_to_state(msg.content.array_records["arrays"])
+            w = got["w"].copy()
+            w[0] += np.float32(0.5 * (self.WANTS[pid] - w[0]))
+            reply.content.array_records["arrays"] = state_to_record({"w": w, "n": got["n"] + 1})
+        return reply
+
+
+def test_fesem_leaves_its_cold_start_when_clients_pull_apart():
+    """From one initialisation and a random partition, K-means finds {0, 2} and {1, 3}."""
+    strategy, _, _ = run_method(
+        "fesem", rounds=8, app=Towards(), **{"fesem-update-every": 1}, **{"num-server-rounds": 8}
+    )
+    labels = strategy.current_assignment().tolist()
+    assert labels[0] == labels[2] != labels[1] == labels[3]
+    assert any(e.get("reassigned") for e in strategy.events)
+    # Each centre ends near what its members want.
+    centres = sorted(float(m["w"][0]) for m in strategy.models)
+    assert centres[0] < -20 and centres[1] > 20
 
 
 def test_fesem_centre_is_the_mean_of_its_members_models():
@@ -247,10 +299,11 @@ def test_fesem_centre_is_the_mean_of_its_members_models():
         members = [r for r, k in sent.items() if k == c]
         if not members:
             continue
-        start = 10.0 if c == 0 else 90.0
         n = [10 * (r + 1) for r in members]
-        expect = sum(ni * (start + r + 1) for ni, r in zip(n, members, strict=True)) / sum(n)
+        expect = sum(ni * (10.0 + r + 1) for ni, r in zip(n, members, strict=True)) / sum(n)
         assert model["w"][0] == pytest.approx(expect)
+    # Each client's point is its returned model's clustered layer.
+    np.testing.assert_allclose(strategy.latest[:, 0], [11.0, 12.0, 13.0, 14.0])
 
 
 class Opposed(Clients):

@@ -11,7 +11,7 @@ from ripple_flwr.app.registry import METHODS, MethodSpec, all_options, get_metho
 from ripple_flwr.app.run_config import check_run, summary_kind
 from ripple_flwr.app.strategies.fedavg import FedAvgMethod
 from ripple_flwr.settings import ConfigError, Option, RunSettings
-from ripple_flwr.training.rules import CLIENT_RULES
+from ripple_flwr.training.client_rules import CLIENT_RULES
 
 
 def _spec(**over) -> MethodSpec:

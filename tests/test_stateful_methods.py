@@ -26,26 +26,23 @@ from ripple_flwr.app.records import record_to_state, state_to_record
 from ripple_flwr.app.registry import MethodInputs, get_method
 from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.settings import ConfigError
+from ripple_flwr.training.client_rules import CLIENT_RULES
 from ripple_flwr.training.models import get_state, set_state
-from ripple_flwr.training.rules import (
-    CLIENT_RULES,
-    PerFedAvgRule,
-    PFedMeRule,
-    RoundInputs,
-    ScaffoldRule,
-    train_with_rule,
-)
+from ripple_flwr.training.personal import PerFedAvgRule, PFedMeRule
+from ripple_flwr.training.rules import RoundInputs, train_with_rule
+from ripple_flwr.training.stateful import ScaffoldRule
 
 N_CLIENTS, N_EXAMPLES, BATCH, ROUNDS = 2, 8, 2, 3
 LR, MOMENTUM = 0.05, 0.5
 METHOD_KEYS = {
     "scaffold": {"server-lr": 1.0},
     "feddyn": {"feddyn-alpha": 0.01},
-    "perfedavg": {"perfedavg-alpha": 0.01, "perfedavg-beta": 0.001},
+    "perfedavg": {"perfedavg-alpha": 0.01, "perfedavg-beta": 0.03},
     "pfedme": {
         "pfedme-lambda": 15.0,
         "pfedme-inner-steps": 5,
         "pfedme-personal-lr": 0.09,
+        "pfedme-mu": 0.05,
         "pfedme-beta": 1.0,
     },
 }
@@ -196,14 +193,24 @@ def f64(ts):
     return [t.double() for t in ts]
 
 
-def reference(method: str):
+def clipped(g, max_norm: float):
+    """``g`` scaled to at most ``max_norm`` in L2 over all tensors (torch's clip_grad_norm_)."""
+    if not max_norm:
+        return g
+    norm = torch.sqrt(sum((gi.double() ** 2).sum() for gi in g))
+    scale = min(1.0, max_norm / (float(norm) + 1e-6))
+    return [gi * scale for gi in g]
+
+
+def reference(method: str, **over):
     """The method written out by hand: (global params, server state, client states)."""
     x = as_params(initial_state())
     zeros = [torch.zeros_like(t) for t in x]
     data = [client_data(pid) for pid in range(N_CLIENTS)]
     client_state = {pid: [z.clone() for z in zeros] for pid in range(N_CLIENTS)}
     server = [torch.zeros_like(t, dtype=torch.float64) for t in x]  # c (SCAFFOLD) or h (FedDyn)
-    k = METHOD_KEYS[method]
+    k = {**METHOD_KEYS[method], **over}
+    clip = k.get(f"{method}-grad-clip", 0.0)
     for r in range(1, ROUNDS + 1):
         outs, deltas = [], []
         for pid in range(N_CLIENTS):
@@ -217,7 +224,7 @@ def reference(method: str):
                 for idx in batches(seed, BATCH):
                     g = grad(th, xs[idx], ys[idx])
                     g = [gi + cj - cij for gi, cj, cij in zip(g, c, ci, strict=True)]
-                    th, buf = momentum_step(th, buf, g, LR)
+                    th, buf = momentum_step(th, buf, clipped(g, clip), LR)
                     steps += 1
                 keff = sum((1 - MOMENTUM**j) / (1 - MOMENTUM) for j in range(1, steps + 1))
                 new = [
@@ -234,7 +241,7 @@ def reference(method: str):
                         gi - gki + alpha * (t - xj)
                         for gi, gki, t, xj in zip(g, gk, th, x, strict=True)
                     ]
-                    th, buf = momentum_step(th, buf, g, LR)
+                    th, buf = momentum_step(th, buf, clipped(g, clip), LR)
                 client_state[pid] = [
                     gki - alpha * (t - xj) for gki, t, xj in zip(gk, th, x, strict=True)
                 ]
@@ -243,15 +250,16 @@ def reference(method: str):
                 for idx in batches(seed, 2 * BATCH):
                     a, b = idx[:BATCH], idx[BATCH:]
                     temp = [t - alpha * g for t, g in zip(th, grad(th, xs[a], ys[a]), strict=True)]
-                    th, buf = momentum_step(th, buf, grad(temp, xs[b], ys[b]), beta)
+                    # The meta step is plain SGD (every reference), not the run's momentum.
+                    th = [t - beta * g for t, g in zip(th, grad(temp, xs[b], ys[b]), strict=True)]
             else:  # pfedme
-                lam, plr = k["pfedme-lambda"], k["pfedme-personal-lr"]
+                lam, plr, mu = k["pfedme-lambda"], k["pfedme-personal-lr"], k["pfedme-mu"]
                 w, tt = [t.clone() for t in x], [t.clone() for t in x]
                 for idx in batches(seed, BATCH):
                     for _ in range(k["pfedme-inner-steps"]):
                         g = grad(tt, xs[idx], ys[idx])
                         tt = [
-                            t - plr * (gi + lam * (t - wi))
+                            t - plr * (gi + lam * (t - wi) + mu * t)
                             for t, gi, wi in zip(tt, g, w, strict=True)
                         ]
                     w, buf = momentum_step(
@@ -315,6 +323,26 @@ def test_update_rule_matches_plain_pytorch(method):
         close(store[key]["fc.weight"], want_clients[pid][0])
         close(store[key]["fc.bias"], want_clients[pid][1])
     assert all(not r.dropped and r.received == N_CLIENTS for r in strategy.ledger.rounds)
+
+
+@pytest.mark.parametrize("method", ["scaffold", "feddyn"])
+def test_gradient_clipping_matches_plain_pytorch(method):
+    """``<method>-grad-clip`` clips every (corrected) step's gradient as Acar et al.'s code does."""
+    key = f"{method}-grad-clip"
+    strategy, _, _ = run(method, **{key: 0.05})
+    want_x, _, _ = reference(method, **{key: 0.05})
+    close(strategy.global_state["fc.weight"], want_x[0])
+    close(strategy.global_state["fc.bias"], want_x[1])
+    # The clip bit: without it the model lands elsewhere.
+    unclipped, _, _ = reference(method, **{key: 0.0})
+    assert not np.allclose(want_x[0].numpy(), unclipped[0].numpy(), atol=1e-4)
+
+
+def test_perfedavg_meta_step_ignores_the_runs_momentum():
+    """Per-FedAvg's beta step is plain SGD: the result does not depend on ``momentum``."""
+    a, _, _ = run("perfedavg", momentum=0.0)
+    b, _, _ = run("perfedavg", momentum=0.9)
+    np.testing.assert_array_equal(a.global_state["fc.weight"], b.global_state["fc.weight"])
 
 
 def test_scaffold_sends_and_receives_two_records():
@@ -503,14 +531,15 @@ def test_new_keys_are_validated(key, value):
         parse_run_config({key: value})
 
 
-def test_paper_defaults():
+def test_paper_and_reference_defaults():
     s = parse_run_config({})
-    assert [s.option(k) for k in ("feddyn-alpha", "perfedavg-alpha", "perfedavg-beta")] == [
-        0.01,
-        0.01,
-        1e-3,
-    ]
+    assert [s.option(k) for k in ("feddyn-alpha", "perfedavg-alpha")] == [0.01, 0.01]
     assert (s.option("pfedme-lambda"), s.option("pfedme-inner-steps")) == (15.0, 5)
+    # The references' values: PFLlib's Per-FedAvg beta = the client lr; the pFedMe optimiser's
+    # mu; Acar et al.'s gradient clip for SCAFFOLD and FedDyn.
+    assert s.option("perfedavg-beta") == s.lr
+    assert s.option("pfedme-mu") == 1e-3
+    assert s.option("scaffold-grad-clip") == s.option("feddyn-grad-clip") == 10.0
 
 
 def test_a_client_that_failed_before_keeping_state_is_not_reported_lost(cache_dir, tmp_path):

@@ -2,9 +2,9 @@
 
 - IFCA (Ghosh et al., 2020): each cluster model becomes the sample-weighted
   mean of the models trained from it (:func:`cluster_means`).
-- FeSEM (Long et al., 2023): a client belongs to the centre nearest its own
-  last model in L2 (:func:`nearest_centres`); centres are the mean of their
-  members' models (:func:`cluster_means` again).
+- FeSEM (Long et al., 2023): K-means over (a layer of) the clients' last
+  models reassigns them every few rounds (:func:`kmeans_lloyd`); centres
+  are the mean of their members' models (:func:`cluster_means` again).
 - CFL (Sattler et al., 2020): a cluster is split when its clients have
   reached a stationary point of the joint objective (small mean update)
   while some still move a lot (large largest update) (:func:`cfl_should_split`),
@@ -47,6 +47,28 @@ def nearest_centres(models: np.ndarray, centres: np.ndarray) -> np.ndarray:
         raise ValueError(f"models {m.shape} and centres {c.shape} must be (N, P) and (K, P)")
     d2 = (m * m).sum(1)[:, None] - 2.0 * m @ c.T + (c * c).sum(1)[None, :]
     return d2.argmin(axis=1)
+
+
+def kmeans_lloyd(
+    points: np.ndarray, centroids: np.ndarray, iters: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``iters`` Lloyd iterations of K-means from ``centroids``: (new centroids, labels).
+
+    scikit-learn's Lloyd K-means started at the given centroids (one run,
+    no tolerance: exactly ``iters`` iterations unless it converges first);
+    the labels are those of the returned centroids. ``iters = 0`` (or fewer
+    points than centroids) only assigns each point to its nearest centroid.
+    """
+    from sklearn.cluster import KMeans
+
+    x = np.asarray(points, dtype=np.float64)
+    c = np.asarray(centroids, dtype=np.float64)
+    if x.ndim != 2 or c.ndim != 2 or x.shape[1] != c.shape[1]:
+        raise ValueError(f"points {x.shape} and centroids {c.shape} must be (N, D) and (K, D)")
+    if iters < 1 or len(x) < len(c):
+        return c.copy(), nearest_centres(x, c)
+    km = KMeans(len(c), init=c, n_init=1, max_iter=iters, tol=0.0, algorithm="lloyd").fit(x)
+    return km.cluster_centers_.astype(np.float64), km.labels_.astype(np.int64)
 
 
 def cluster_means(

@@ -72,15 +72,10 @@ from ripple_flwr.data.images import ImageFormatError
 from ripple_flwr.data.local import LocalDataError
 from ripple_flwr.router.pretrain import run_embed_size
 from ripple_flwr.settings import RunSettings
+from ripple_flwr.training.client_rules import CLIENT_RULES
 from ripple_flwr.training.loops import evaluate_model
 from ripple_flwr.training.models import build_model, get_state, set_state
-from ripple_flwr.training.rules import (
-    CLIENT_RULES,
-    ClientRule,
-    RoundInputs,
-    Store,
-    train_with_rule,
-)
+from ripple_flwr.training.rules import ClientRule, RoundInputs, Store, train_with_rule
 from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder
 
 log = logging.getLogger("flwr.ripple")

@@ -39,7 +39,7 @@ from ripple_flwr.app.strategies.pfedme import PFedMe
 from ripple_flwr.app.strategies.ripple import RippleStrategy
 from ripple_flwr.app.strategies.scaffold import Scaffold
 from ripple_flwr.settings import Option, RunSettings
-from ripple_flwr.training.rules import CLIENT_RULES
+from ripple_flwr.training.client_rules import CLIENT_RULES
 
 ModelCount = Literal["clusters", "one", "per-client"]
 Export = Literal["clusters", "global", "none"]
@@ -50,7 +50,7 @@ class MethodInputs:
     """What building a strategy may use: settings, initial model, pi*, the router.
 
     ``fresh_state(i)`` builds the i-th distinct seeded initialisation (i = 0
-    is ``initial_state``): IFCA's and FeSEM's K models start from different ones.
+    is ``initial_state``): IFCA's K models start from different ones.
     """
 
     settings: RunSettings
@@ -215,6 +215,12 @@ def _k_models(cls: type) -> Callable[[MethodInputs], Any]:
     return build
 
 
+def _fesem(inp: MethodInputs) -> FeSEM:
+    """K centres, all copies of the one initial model (the authors' ``center_init``)."""
+    k = inp.settings.num_components
+    return FeSEM(inp.settings, [dict(inp.initial_state) for _ in range(k)], truth=inp.true_mixtures)
+
+
 def _cfl(inp: MethodInputs) -> CFL:
     return CFL(inp.settings, inp.initial_state, truth=inp.true_mixtures)
 
@@ -329,10 +335,10 @@ for _spec in (
     ),
     MethodSpec(
         "fesem",
-        "FeSEM: each client trains the centre nearest (L2) its own last model; centre = mean",
+        "FeSEM: K centres from one initial model; K-means over the clients' models reassigns",
         FeSEM,
         **CLUSTERS,
-        build=_k_models(FeSEM),
+        build=_fesem,
     ),
     MethodSpec(
         "cfl",

@@ -84,6 +84,7 @@ def train_local(
     correct: Callable[[], None] | None = None,
     step: Callable[[nn.Module, torch.optim.Optimizer, torch.Tensor, torch.Tensor], torch.Tensor]
     | None = None,
+    max_grad_norm: float = 0.0,
 ) -> dict[str, float | int]:
     """Train ``model`` in place for ``epochs`` epochs of SGD with momentum on (x, y).
 
@@ -91,8 +92,10 @@ def train_local(
     ``penalty`` (e.g. FedProx's proximal term) is added to every batch's loss;
     ``correct`` changes the gradients after each backward pass (SCAFFOLD);
     ``step(model, optimiser, xb, yb)`` replaces the whole step on a batch and
-    returns its data loss (Per-FedAvg, pFedMe). The reported loss is the data
-    loss alone.
+    returns its data loss (Per-FedAvg, pFedMe). ``max_grad_norm`` > 0 clips
+    each step's gradient (after ``correct``) to that L2 norm over all
+    parameters (SCAFFOLD's and FedDyn's reference code: 10). The reported
+    loss is the data loss alone.
 
     A fresh optimiser each call (no momentum carried between rounds, as in
     FedAvg). Shuffling and dropout draw from RNGs seeded with ``seed`` inside
@@ -140,6 +143,8 @@ def train_local(
                     objective.backward()
                     if correct is not None:
                         correct()
+                    if max_grad_norm > 0:
+                        nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
                     optimiser.step()
                     total += loss.detach()
                     steps += 1

@@ -14,13 +14,13 @@ import numpy as np
 from ripple_flwr.app.strategies.core.global_model import GlobalModel, stacked_mean
 from ripple_flwr.app.strategies.core.replies import Accepted
 from ripple_flwr.settings import RunSettings
-from ripple_flwr.training.rules import FEDDYN_ALPHA
+from ripple_flwr.training.stateful import FEDDYN_ALPHA, FEDDYN_GRAD_CLIP
 
 
 class FedDyn(GlobalModel):
     """FedDyn: server state h, client state g_k; alpha = ``feddyn-alpha``."""
 
-    options = (FEDDYN_ALPHA,)
+    options = (FEDDYN_ALPHA, FEDDYN_GRAD_CLIP)
     state_fields = ("h",)
 
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:

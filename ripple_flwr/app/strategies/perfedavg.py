@@ -13,7 +13,7 @@ import numpy as np
 
 from ripple_flwr.app.strategies.core.global_model import GlobalModel, stacked_mean
 from ripple_flwr.app.strategies.core.replies import Accepted
-from ripple_flwr.training.rules import PERFEDAVG_ALPHA, PERFEDAVG_BETA
+from ripple_flwr.training.personal import PERFEDAVG_ALPHA, PERFEDAVG_BETA
 
 
 class PerFedAvg(GlobalModel):

@@ -14,7 +14,12 @@ import numpy as np
 from ripple_flwr.app.strategies.core.global_model import GlobalModel, stacked_mean
 from ripple_flwr.app.strategies.core.replies import Accepted
 from ripple_flwr.settings import Option, RunSettings
-from ripple_flwr.training.rules import PFEDME_INNER_STEPS, PFEDME_LAMBDA, PFEDME_PERSONAL_LR
+from ripple_flwr.training.personal import (
+    PFEDME_INNER_STEPS,
+    PFEDME_LAMBDA,
+    PFEDME_MU,
+    PFEDME_PERSONAL_LR,
+)
 
 PFEDME_BETA = Option(
     "pfedme-beta",
@@ -30,7 +35,7 @@ PFEDME_BETA = Option(
 class PFedMe(GlobalModel):
     """pFedMe: the server's beta-mix of the global model and the clients' local models."""
 
-    options = (PFEDME_LAMBDA, PFEDME_INNER_STEPS, PFEDME_PERSONAL_LR, PFEDME_BETA)
+    options = (PFEDME_LAMBDA, PFEDME_INNER_STEPS, PFEDME_PERSONAL_LR, PFEDME_MU, PFEDME_BETA)
     state_fields = ()  # GlobalModel's
 
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:

@@ -20,6 +20,7 @@ from ripple_flwr.app.records import state_to_record
 from ripple_flwr.app.strategies.core.global_model import GlobalModel
 from ripple_flwr.app.strategies.core.replies import Accepted, state_reference
 from ripple_flwr.settings import RunSettings
+from ripple_flwr.training.stateful import SCAFFOLD_GRAD_CLIP
 
 # Float32 rounding on the client: an honest control meets the bound to about 1e-6.
 CONTROL_SLACK = 1.001
@@ -28,6 +29,7 @@ CONTROL_SLACK = 1.001
 class Scaffold(GlobalModel):
     """SCAFFOLD: server control c, client controls c_i (``scaffold`` client rule)."""
 
+    options = (SCAFFOLD_GRAD_CLIP,)  # read by the clients' rule
     state_fields = ("control",)  # the server's c, saved for a resumed run
 
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:

@@ -68,10 +68,14 @@ class ClusterModels(ServerModels):
         """Clusters of ``n`` clients before they have trained (cluster 0 by default)."""
         return np.zeros(n, dtype=np.int64)
 
+    def vector_size(self) -> int:
+        """Width of each client's ``latest`` vector (the float weights; FeSEM: one layer's)."""
+        return sum(int(np.asarray(self.models[0][k]).size) for k in self.keys)
+
     def setup(self, clients: QueryResult) -> None:
         self.assignment = self.initial_assignment(len(clients))
-        p = sum(int(np.asarray(self.models[0][k]).size) for k in self.keys)
-        self.latest = np.zeros((len(clients), p if self.keeps_latest else 0), dtype=np.float32)
+        p = self.vector_size() if self.keeps_latest else 0
+        self.latest = np.zeros((len(clients), p), dtype=np.float32)
         self.has_latest = np.zeros(len(clients), dtype=bool)
 
     def add_clients(self, joined: QueryResult) -> None:
