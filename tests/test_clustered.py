@@ -198,8 +198,10 @@ def test_ifca_choices_and_per_cluster_means_by_hand():
     assert strategy.models[0]["w"][0] == pytest.approx((10 * 11 + 30 * 13) / 40)
     assert strategy.models[1]["w"][0] == pytest.approx((20 * 92 + 40 * 94) / 60)
     assert strategy.models[0]["w"][1] == pytest.approx((10 * 2 + 30 * 4) / 40)
-    # Every training and evaluation message carried both models.
-    assert clients.received[("train", 0)] == [2] and clients.received[("evaluate", 3)] == [2]
+    # Every training and evaluation message carried both models (the first evaluation is the
+    # check of the initial models, balanced here: 2 clients each, no second draw).
+    assert clients.received[("train", 0)] == [2] and clients.received[("evaluate", 3)] == [2, 2]
+    assert [d["counts"] for d in strategy.run_record()["assignment"]["init_draws"]] == [[2, 2]]
 
 
 def test_ifca_download_is_k_models_per_client():
@@ -336,8 +338,11 @@ def test_new_clients_choose_a_cluster_model_on_their_training_split():
         ("cfl-eps2", -1.0),
         ("cfl-max-similarity", 1.5),
         ("cfl-max-clusters", 0),
+        ("ifca-init-balance", 1.2),
+        ("ifca-init-draws", 0),
     ],
 )
-def test_bad_cfl_settings_are_refused(key, value):
+def test_bad_cfl_and_ifca_settings_are_refused(key, value):
+    method = key.split("-")[0]
     with pytest.raises(ConfigError, match=key):
-        parse_run_config({"method": "cfl", key: value}).validate()
+        parse_run_config({"method": method, key: value}).validate()

@@ -38,6 +38,8 @@ def comparable(path) -> dict:
         r.pop("server_seconds"), r.pop("wall_seconds")
     for e in res["evaluations"]:
         e.pop("wall_seconds")
+    for d in res.get("assignment", {}).get("init_draws", []):
+        d.pop("seconds")  # IFCA's draws of its initial models, before round 1
     return res
 
 
