@@ -199,8 +199,10 @@ def test_ifca_choices_and_per_cluster_means_by_hand():
     assert strategy.models[0]["w"][0] == pytest.approx((10 * 11 + 30 * 13) / 40)
     assert strategy.models[1]["w"][0] == pytest.approx((20 * 92 + 40 * 94) / 60)
     assert strategy.models[0]["w"][1] == pytest.approx((10 * 2 + 30 * 4) / 40)
-    # Every training and evaluation message carried both models.
-    assert clients.received[("train", 0)] == [2] and clients.received[("evaluate", 3)] == [2]
+    # Every training and evaluation message carried both models (the first evaluation is the
+    # check of the initial models, balanced here: 2 clients each, no second draw).
+    assert clients.received[("train", 0)] == [2] and clients.received[("evaluate", 3)] == [2, 2]
+    assert [d["counts"] for d in strategy.run_record()["assignment"]["init_draws"]] == [[2, 2]]
 
 
 def test_ifca_download_is_k_models_per_client():
@@ -328,10 +330,12 @@ class Opposed(Clients):
 
 
 def test_cfl_splits_two_opposed_groups_after_the_warmup():
-    keys = {"cfl-warmup": 2, "cfl-eps1": 3.0, "cfl-eps2": 4.0}
-    strategy, _, _ = run_method("cfl", rounds=1, app=Opposed(), **keys)
-    assert strategy.num_models == 1  # round 1 is inside the warm-up
+    # Warm-up fraction 1 of a 2-round run: round 2 is the first that may split.
+    keys = {"cfl-warmup-fraction": 1.0, "cfl-eps1": 3.0, "cfl-eps2": 4.0}
     strategy, _, _ = run_method("cfl", rounds=2, app=Opposed(), **keys)
+    # The criterion held in round 1 already; only the warm-up kept the cluster whole.
+    assert strategy.criterion[0][:2] == [1, 0]
+    assert strategy.criterion[0][2] < 3.0 and strategy.criterion[0][3] > 4.0
     assert strategy.num_models == 2
     assert strategy.assignment.tolist() == [1, 1, 0, 0] or strategy.assignment.tolist() == [
         0,
@@ -341,12 +345,13 @@ def test_cfl_splits_two_opposed_groups_after_the_warmup():
     ]
     (event,) = strategy.events
     assert event["round"] == 2 and event["max_norm"] > 4.0 and event["mean_norm"] < 3.0
+    assert event["accepted"] and event["cross_similarity_max"] < 0.5
     rec = strategy.assignment_record()
     assert rec["sizes"] == [2, 2] and rec["num_models"] == 2
 
 
 def test_cfl_does_not_split_when_the_criterion_does_not_hold():
-    keys = {"cfl-warmup": 1, "cfl-eps1": 2.0, "cfl-eps2": 4.0}
+    keys = {"cfl-warmup-fraction": 0.0, "cfl-eps1": 2.0, "cfl-eps2": 4.0}
     strategy, _, _ = run_method("cfl", rounds=3, app=Opposed(agree=True), **keys)
     assert strategy.num_models == 1 and not strategy.events
     # The criterion is recorded every round (one cluster, four replies): eps can be read off.
@@ -358,7 +363,7 @@ def test_cfl_does_not_split_when_the_criterion_does_not_hold():
 
 
 def test_cfl_stops_at_max_clusters():
-    keys = {"cfl-warmup": 1, "cfl-eps1": 3.0, "cfl-eps2": 4.0}
+    keys = {"cfl-warmup-fraction": 0.0, "cfl-eps1": 3.0, "cfl-eps2": 4.0}
     # The same run splits when it may (the precondition holds) ...
     free, _, _ = run_method("cfl", rounds=2, app=Opposed(), **keys, **{"cfl-max-clusters": 2})
     assert free.num_models == 2 and free.events
@@ -379,8 +384,18 @@ def test_new_clients_choose_a_cluster_model_on_their_training_split():
 
 @pytest.mark.parametrize(
     "key, value",
-    [("cfl-warmup", 0), ("cfl-eps1", 0.0), ("cfl-eps2", -1.0), ("cfl-max-clusters", 0)],
+    [
+        ("cfl-warmup-fraction", -0.1),
+        ("cfl-warmup-fraction", 1.5),
+        ("cfl-eps1", 0.0),
+        ("cfl-eps2", -1.0),
+        ("cfl-max-similarity", 1.5),
+        ("cfl-max-clusters", 0),
+        ("ifca-init-balance", 1.2),
+        ("ifca-init-draws", 0),
+    ],
 )
-def test_bad_cfl_settings_are_refused(key, value):
+def test_bad_cfl_and_ifca_settings_are_refused(key, value):
+    method = key.split("-")[0]
     with pytest.raises(ConfigError, match=key):
-        parse_run_config({"method": "cfl", key: value}).validate()
+        parse_run_config({"method": method, key: value}).validate()

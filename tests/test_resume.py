@@ -38,11 +38,19 @@ def comparable(path) -> dict:
         r.pop("server_seconds"), r.pop("wall_seconds")
     for e in res["evaluations"]:
         e.pop("wall_seconds")
+    for d in res.get("assignment", {}).get("init_draws", []):
+        d.pop("seconds")  # IFCA's draws of its initial models, before round 1
     return res
 
 
-# CFL splits whenever it may (from round 1, any update), so its clusters change before the cut.
-SPLIT_ALWAYS = {"cfl-warmup": 1, "cfl-eps1": 1e6, "cfl-eps2": 1e-9}
+# CFL splits whenever it may (from round 1, any update, any two sides not exactly parallel), so
+# its clusters change before the cut.
+SPLIT_ALWAYS = {
+    "cfl-warmup-fraction": 0.0,
+    "cfl-eps1": 1e6,
+    "cfl-eps2": 1e-9,
+    "cfl-max-similarity": 1.0,
+}
 # What a method needs to run on the tiny federation (3 clients a round) and show its state.
 METHOD_CONFIG = {"cfl": SPLIT_ALWAYS, "krum": {"krum-malicious": 0}}
 

@@ -1,7 +1,9 @@
 """The mathematics of the clustered baselines IFCA, FeSEM and CFL (plain numpy, no Flower).
 
 - IFCA (Ghosh et al., 2020): each cluster model becomes the sample-weighted
-  mean of the models trained from it (:func:`cluster_means`).
+  mean of the models trained from it (:func:`cluster_means`); its K
+  initialisations are drawn again until every one is some clients' choice
+  (:func:`redraw_until_balanced`).
 - FeSEM (Long et al., 2023): K-means over (a layer of) the clients' last
   models reassigns them every few rounds (:func:`kmeans_lloyd`); centres
   are the mean of their members' models (:func:`cluster_means` again).
@@ -14,11 +16,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
 State = dict[str, np.ndarray]
+Draw = TypeVar("Draw")
 
 
 def float_keys(state: State) -> list[str]:
@@ -156,3 +160,43 @@ def cfl_bipartition(updates: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]
     if len(b) > len(a) or (len(b) == len(a) and b[0] < a[0]):
         a, b = b, a
     return a, b, float(sim[np.ix_(a, b)].max())
+
+
+def smallest_share(counts: Sequence[int]) -> float:
+    """The share of the least-chosen model (0 when nobody chose: nothing is balanced)."""
+    total = int(np.sum(counts))
+    return float(np.min(counts)) / total if total else 0.0
+
+
+def redraw_until_balanced(
+    draw: Callable[[int], Draw],
+    choices: Callable[[Draw], Sequence[int]],
+    k: int,
+    min_share: float,
+    max_draws: int,
+) -> tuple[int, list[list[int]]]:
+    """Draw ``k`` models again until each is chosen by at least ``min_share`` of the choosers.
+
+    IFCA's ``find_good_initializer`` (jichan3751/ifca): ``draw(d)`` gives the
+    d-th set of models, ``choices(models)`` the model index each answering
+    client picks (its lowest training loss). Draws stop at the first balanced
+    one, after ``max_draws``, or at a draw nobody answered (it tells nothing;
+    drawing again would only wait again). Returns the kept draw's index (the
+    balanced one, else the one whose least-chosen model has the largest share,
+    the earliest on ties) and every draw's counts per model.
+    """
+    if k < 1 or max_draws < 1:
+        raise ValueError(f"need k >= 1 and max_draws >= 1, got k={k}, max_draws={max_draws}")
+    counts: list[list[int]] = []
+    best, best_share = 0, -1.0
+    for d in range(max_draws):
+        picked = np.asarray(choices(draw(d)), dtype=np.int64)
+        if len(picked) and (picked.min() < 0 or picked.max() >= k):
+            raise ValueError(f"draw {d}: a choice outside [0, {k})")
+        counts.append(np.bincount(picked, minlength=k).tolist())
+        share = smallest_share(counts[-1])
+        if share > best_share:
+            best, best_share = d, share
+        if not len(picked) or share >= min_share - 1e-12:
+            break
+    return best, counts

@@ -65,6 +65,22 @@ class MethodInputs:
             raise ValueError("this method needs distinct initial models: pass fresh_state")
         return [self.initial_state] + [self.fresh_state(i) for i in range(1, k)]
 
+    def draws(self, k: int) -> Callable[[int], list[dict[str, np.ndarray]]]:
+        """d -> the d-th draw of ``k`` initial models (IFCA's re-draw).
+
+        Draw 0 is :meth:`initial_states`; draw d is ``fresh_state(d*k .. d*k + k - 1)``.
+        """
+        if self.fresh_state is None:
+            raise ValueError("this method needs distinct initial models: pass fresh_state")
+        fresh = self.fresh_state
+
+        def draw(d: int) -> list[dict[str, np.ndarray]]:
+            if d == 0:
+                return self.initial_states(k)
+            return [fresh(d * k + j) for j in range(k)]
+
+        return draw
+
 
 @dataclass(frozen=True)
 class MethodSpec:
@@ -207,18 +223,15 @@ def _oracle(inp: MethodInputs) -> RippleStrategy:
     )
 
 
-def _k_models(cls: type) -> Callable[[MethodInputs], Any]:
-    def build(inp: MethodInputs) -> Any:
-        k = inp.settings.num_components
-        return cls(inp.settings, inp.initial_states(k), truth=inp.true_mixtures)
-
-    return build
-
-
 def _fesem(inp: MethodInputs) -> FeSEM:
     """K centres, all copies of the one initial model (the authors' ``center_init``)."""
     k = inp.settings.num_components
     return FeSEM(inp.settings, [dict(inp.initial_state) for _ in range(k)], truth=inp.true_mixtures)
+
+
+def _ifca(inp: MethodInputs) -> IFCA:
+    k = inp.settings.num_components
+    return IFCA(inp.settings, inp.initial_states(k), truth=inp.true_mixtures, draw=inp.draws(k))
 
 
 def _cfl(inp: MethodInputs) -> CFL:
@@ -331,7 +344,7 @@ for _spec in (
         "IFCA: all K models to each client, it trains the lowest-loss one (K x FedAvg down)",
         IFCA,
         **CLUSTERS,
-        build=_k_models(IFCA),
+        build=_ifca,
     ),
     MethodSpec(
         "fesem",

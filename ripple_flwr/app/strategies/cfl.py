@@ -1,21 +1,44 @@
 """CFL (Sattler et al., 2020): one model, split recursively by the cosine similarity of updates.
 
-All clients start in one cluster with one model. Each round a cluster model
-becomes the example-weighted mean of the models its sampled members
-returned. From round ``cfl-warmup`` on, a cluster whose round had at least
-two members is split in two when the norm of their weighted mean update is
-below ``cfl-eps1`` (the joint objective is near a stationary point) while
-the largest single update is above ``cfl-eps2`` (some clients still pull
-away): complete-linkage clustering of the cosine similarities of its
-members' most recent updates, up to ``cfl-max-clusters`` clusters. With a
-fraction of clients per round (unlike the paper, where all take part),
-each member's latest update stands for it; a member that has not trained
-yet joins the larger side. Both sides start from the parent's model.
+All clients start in one cluster with one model. A round goes in the order of
+Sattler et al.'s reference code (felisat/clustered-federated-learning):
+
+1. every sampled client trains its cluster's model; its update is the model it
+   returned minus the model it was sent;
+2. each cluster whose round had at least two replies is tested: the norm of its
+   members' weighted mean update below ``cfl-eps1`` (the joint objective is near
+   a stationary point) while the largest single update is above ``cfl-eps2``
+   (some clients still pull away). From round ceil(``cfl-warmup-fraction`` x
+   ``num-server-rounds``) on (round 1 at the earliest) and below ``cfl-max-clusters``
+   clusters, such a cluster is bi-partitioned by complete-linkage clustering
+   of the cosine similarities of its members' updates (at least three
+   members with one). The bi-partition is kept only when the largest cosine
+   similarity across its two sides (alpha_cross_max) is below
+   ``cfl-max-similarity``, the paper's test; a refused one is logged and
+   recorded, and the cluster stays whole;
+3. every cluster, a new one included, becomes the example-weighted mean of the
+   models its own members returned this round: the model it sent plus the mean
+   of its own members' updates. A new cluster none of whose members replied
+   this round starts from the parent's sent model.
+
+Defaults: ``cfl-eps1 = 0.4`` and ``cfl-eps2 = 1.6`` are the reference code's
+``EPS_1`` / ``EPS_2`` (felisat/clustered-federated-learning's notebook; other
+public CFL implementations copy them). Before, this app used 0.35 / 0.9,
+read off the update norms of its own Fashion-MNIST runs (docs/methods.md);
+either pair can be set. ``cfl-warmup-fraction = 0.2``, ``cfl-max-similarity =
+0.5`` and ``cfl-max-clusters = 10`` are the Ripple paper's protocol for CFL (a
+200-round warm-up of 1,000 rounds, similarity threshold 0.5, at most 10
+clusters). With a fraction of clients per round (unlike the
+paper, where all take part), each member's latest update stands for it in
+the bi-partition; a member that has not trained yet joins the larger side.
+The reference averages updates uniformly; here they are weighted by
+examples, as in every other method of the app.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 from flwr.app import ArrayRecord
@@ -30,24 +53,37 @@ from ripple_flwr.app.strategies.core.clustered import ClusterModels
 from ripple_flwr.app.strategies.core.replies import Accepted
 from ripple_flwr.settings import Option, RunSettings
 
-CFL_WARMUP = Option(
-    "cfl-warmup", int, 60, "CFL: first round a cluster may be split", low=1, high=1_000_000
+CFL_WARMUP_FRACTION = Option(
+    "cfl-warmup-fraction",
+    float,
+    0.2,
+    "CFL: no split before round ceil(this x num-server-rounds) (paper: 200 of 1000 rounds)",
+    low=0,
+    high=1,
 )
 CFL_EPS1 = Option(
     "cfl-eps1",
     float,
-    0.35,
-    "CFL: split when the mean update norm is below this ...",
+    0.4,
+    "CFL: split when the mean update norm is below this ... (reference code: 0.4)",
     low=0,
     low_open=True,
 )
 CFL_EPS2 = Option(
     "cfl-eps2",
     float,
-    0.9,
-    "CFL: ... and the largest client update norm above this",
+    1.6,
+    "CFL: ... and the largest client update norm above this (reference code: 1.6)",
     low=0,
     low_open=True,
+)
+CFL_MAX_SIMILARITY = Option(
+    "cfl-max-similarity",
+    float,
+    0.5,
+    "CFL: refuse a split whose largest cross-side cosine similarity is >= this (paper: 0.5)",
+    low=-1,
+    high=1,
 )
 CFL_MAX_CLUSTERS = Option(
     "cfl-max-clusters", int, 10, "CFL: at most this many clusters (paper: 10)", low=1, high=100
@@ -56,18 +92,30 @@ CFL_MAX_CLUSTERS = Option(
 log = logging.getLogger("flwr.ripple")
 
 
+def first_split_round(fraction: float, num_rounds: int) -> int:
+    """The first round a split may happen: ceil(fraction x rounds), at least round 1."""
+    return max(1, math.ceil(fraction * num_rounds - 1e-9))
+
+
 class CFL(ClusterModels):
     """Clustered FL by recursive bi-partitioning.
 
     Parameters
     ----------
     settings : RunSettings
-        Its options ``cfl-warmup``, ``cfl-eps1``, ``cfl-eps2``, ``cfl-max-clusters``.
+        Its options ``cfl-warmup-fraction``, ``cfl-eps1``, ``cfl-eps2``,
+        ``cfl-max-similarity``, ``cfl-max-clusters``.
     initial_state : the one initial model.
     truth : the true mixtures pi* by partition id, for the ARI of the final clusters.
     """
 
-    options = (CFL_WARMUP, CFL_EPS1, CFL_EPS2, CFL_MAX_CLUSTERS)
+    options = (
+        CFL_WARMUP_FRACTION,
+        CFL_EPS1,
+        CFL_EPS2,
+        CFL_MAX_SIMILARITY,
+        CFL_MAX_CLUSTERS,
+    )
     state_fields = ("criterion",)
     keeps_latest = True  # each client's last update
 
@@ -79,8 +127,12 @@ class CFL(ClusterModels):
         # cfl-eps1 / cfl-eps2 can be read off a run (the warm-up rounds included).
         self.criterion: list[list[float]] = []
 
+    @property
+    def first_split_round(self) -> int:
+        return first_split_round(CFL_WARMUP_FRACTION.of(self.settings), self.num_rounds)
+
     def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
-        """Per-cluster mean of the returned models, then the split test."""
+        """The split test on this round's updates, then each cluster's mean, new ones included."""
         s = self.settings
         rows = [a.row for a in accepted]
         labels = [self._sent_from[r] for r in rows]
@@ -88,7 +140,6 @@ class CFL(ClusterModels):
         updates = flatten([a.state for a in accepted], self.keys)
         updates -= np.stack([sent[c] for c in labels])
         self.remember(rows, updates)
-        self.average_into_clusters(server_round, accepted, labels)
         weights = np.array([a.num_examples for a in accepted], dtype=np.float64)
         for c in sorted(set(labels)):
             mask = np.array(labels) == c
@@ -99,44 +150,64 @@ class CFL(ClusterModels):
                 self.criterion.append([server_round, c, mean_norm, max_norm])
             if (
                 split
-                and server_round >= CFL_WARMUP.of(s)
+                and server_round >= self.first_split_round
                 and self.num_models < CFL_MAX_CLUSTERS.of(s)
             ):
                 self.split(server_round, c, mean_norm, max_norm)
+        # Each reply counts for the cluster its client is in now (after this round's splits).
+        self.average_into_clusters(server_round, accepted, [int(self.assignment[r]) for r in rows])
         return None
 
     def split(self, server_round: int, c: int, mean_norm: float, max_norm: float) -> bool:
-        """Bi-partition cluster ``c`` by its members' latest updates (at least three needed)."""
+        """Bi-partition cluster ``c`` by its members' latest updates (at least three needed).
+
+        The new cluster starts from ``c``'s model as it was sent this round;
+        the split is refused when its sides are too similar (``cfl-max-similarity``).
+        """
         s = self.settings
         members = np.flatnonzero(self.assignment == c)
         with_update = members[self.has_latest[members]]
         if len(with_update) < 3:
             return False
         a, b, cross = cfl_bipartition(self.latest[with_update])
+        accepted = cross < CFL_MAX_SIMILARITY.of(s)
         new = self.num_models
-        self.assignment[with_update[b]] = new
-        self.set_models([*self.models, self.models[c]])
         event = {
             "round": server_round,
             "split": c,
-            "into": [c, new],
-            "sizes": [int((self.assignment == c).sum()), int(len(b))],
+            "into": [c, new] if accepted else [c],
+            "sizes": [int(len(members) - len(b)), int(len(b))],
             "mean_norm": mean_norm,
             "max_norm": max_norm,
             "cross_similarity_max": cross,
+            "accepted": bool(accepted),
         }
         self.events.append(event)
+        if not accepted:
+            log.info(
+                "round %d: CFL refused to split cluster %d into %d + %d clients: the largest "
+                "cross similarity %.3f is not below cfl-max-similarity=%g",
+                server_round,
+                c,
+                *event["sizes"],
+                cross,
+                CFL_MAX_SIMILARITY.of(s),
+            )
+            return False
+        self.assignment[with_update[b]] = new
+        self.set_models([*self.models, self.models[c]])
         log.info(
-            "round %d: CFL split cluster %d (mean update %.3f < %g, max %.3f > %g) into "
-            "%d + %d clients; %d clusters now",
+            "round %d: CFL split cluster %d (mean update %.3f < %g, max %.3f > %g, cross "
+            "similarity %.3f < %g) into %d + %d clients; %d clusters now",
             server_round,
             c,
             mean_norm,
             CFL_EPS1.of(s),
             max_norm,
             CFL_EPS2.of(s),
-            event["sizes"][0],
-            event["sizes"][1],
+            cross,
+            CFL_MAX_SIMILARITY.of(s),
+            *event["sizes"],
             self.num_models,
         )
         return True
@@ -147,4 +218,5 @@ class CFL(ClusterModels):
             "columns": ["round", "cluster", "mean_update_norm", "max_update_norm"],
             "rows": self.criterion,
         }
+        rec["assignment"]["first_split_round"] = self.first_split_round
         return rec

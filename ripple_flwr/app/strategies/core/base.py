@@ -181,6 +181,10 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
         """Called once after the query round, before round 1 (nothing to do by default)."""
         return None
 
+    def before_training(self, grid: Grid, timeout: float) -> None:
+        """Called once after the query round, before round 1; not on resume (nothing by default)."""
+        return None
+
     def active_rows(self) -> np.ndarray:
         """Rows that may be sampled: not failed ``max-failures`` training rounds in a row."""
         limit = self.settings.max_failures
@@ -240,7 +244,7 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn=None,
     ) -> Result:
-        """The one-shot round, then the app's round loop on a quickly polling grid.
+        """The one-shot round, :meth:`before_training`, then the round loop (quick polling).
 
         ``timeout`` (per round) defaults to the run's ``round-timeout``;
         ``train_config`` to the run's client optimiser settings. A resumed run
@@ -255,6 +259,8 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
             train_config = client_train_config(self.settings)
         if self.clients is None:
             self.prepare(grid)
+        if self.round_offset == 0:  # a resumed run did this before it was interrupted
+            self.before_training(grid, timeout)
         log.info("Starting %s strategy:", type(self).__name__)
         self.summary()
         result = run_rounds(

@@ -59,7 +59,7 @@ class ClusterModels(ServerModels):
         self.latest = np.zeros((0, 0), dtype=np.float32)  # (rows, P), see keeps_latest
         self.has_latest = np.zeros(0, dtype=bool)
         self.truth = None if truth is None else np.asarray(truth, dtype=np.float64)
-        self.events: list[dict[str, Any]] = []  # splits, refused aggregates
+        self.events: list[dict[str, Any]] = []  # splits (kept or refused), refused aggregates
         self._records: list[ArrayRecord] | None = None
         self._sent_from: dict[int, int] = {}  # row -> the cluster it was sent this round
 
