@@ -95,6 +95,11 @@ def test_out_of_rescale_holds_rho_to_the_honest_median():
     assert out_of_rescale([0.05]) == [None]  # nothing to compare with but itself
     # Below the floor nothing is out, however small the median; off at factor 0.
     assert out_of_rescale([1e-6, 1e-6, RESCALE_FLOOR * 0.9]) == [None] * 3
+    # Shrinking has its own, higher floor: an honest client shrinking a model fitted to other
+    # data by 0.036 (FeSEM, measured) is kept; a 0.8 x model (rho -0.2) is not.
+    reasons = out_of_rescale([*seven, -0.036, -0.2])
+    assert reasons[7] is None and "shrinks the model it was sent by 0.2" in reasons[8]
+    assert out_of_rescale([*seven, 0.036])[7] is not None  # growth keeps the 0.01 floor
     assert out_of_rescale([0.0, 0.0, 0.99], factor=0.0) == [None] * 3
     assert out_of_rescale([float("nan")]) == ["radial step is not finite"]
 
