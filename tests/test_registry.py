@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import get_args
 
 import pytest
 
 from ripple_flwr.app import registry as methods
-from ripple_flwr.app.registry import METHODS, MethodSpec, all_options, get_method, register
+from ripple_flwr.app.registry import (
+    METHODS,
+    Family,
+    MethodSpec,
+    all_options,
+    get_method,
+    register,
+)
 from ripple_flwr.app.run_config import check_run, summary_kind
 from ripple_flwr.app.strategies.fedavg import FedAvgMethod
 from ripple_flwr.settings import ConfigError, Option, RunSettings
@@ -21,6 +29,7 @@ def _spec(**over) -> MethodSpec:
         "strategy": FedAvgMethod,
         "models": "one",
         "exports": "global",
+        "family": "global",
     }
     return MethodSpec(**{**base, **over})
 
@@ -40,6 +49,13 @@ def test_every_registered_method_is_complete():
         assert "state_fields" in vars(spec.strategy), f"{name} declares no state"
         # Every option it reads is parsed from a run config, and only those of registered ones.
         assert set(o.key for o in spec.options) <= set(o.key for o in all_options())
+        assert spec.family in get_args(Family), f"{name} has no family"
+        # A method whose K is swept holds K cluster models, and is no Ripple variant.
+        assert not spec.sweeps_k or (spec.models == "clusters" and spec.family == "clustered")
+
+
+def test_each_family_is_held_by_a_registered_method():
+    assert {spec.family for spec in METHODS.values()} == set(get_args(Family))
 
 
 def test_duplicate_name_is_refused(scratch_registry):
@@ -60,6 +76,9 @@ def test_duplicate_name_is_refused(scratch_registry):
         ({"exports": "weights"}, "exports='weights'"),
         ({"client_rule": "scaffold-ii"}, "client_rule='scaffold-ii' is not one of sgd"),
         ({"exports": "clusters"}, "exports clusters but has no router"),
+        ({"family": ""}, "'toy' has no family: one of"),
+        ({"family": "clusterd"}, "family='clusterd' not in"),
+        ({"sweeps_k": True}, "'toy' sweeps K but holds models='one', not clusters"),
     ],
 )
 def test_incomplete_spec_is_refused(scratch_registry, over, message):

@@ -43,6 +43,8 @@ from ripple_flwr.training.client_rules import CLIENT_RULES
 
 ModelCount = Literal["clusters", "one", "per-client"]
 Export = Literal["clusters", "global", "none"]
+# The paper's groups of methods (its Table 1), in the order the benchmarks draw them.
+Family = Literal["ripple", "global", "personalised", "clustered"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,13 @@ class MethodSpec:
     routing_weights : the method has per-client weights w that Ripple-HDB can refine.
     needs_truth : the method uses the clients' true mixtures pi*, which only benchmark
         partitions have (refused with ``client-data='local'``).
+    family : the paper's group of methods (``Family``): ``ripple`` (Ripple and its
+        oracle), ``global`` (one model for all), ``personalised`` (a model per client
+        from a global one, or local-only) or ``clustered`` (the clustered baselines).
+        Required: an entry without one is refused.
+    sweeps_k : the benchmarks sweep the method's K (``num-components``, fixed a
+        priori) and report the best, as the paper does for IFCA and FeSEM; only a
+        method with ``models='clusters'``.
     """
 
     name: str
@@ -114,6 +123,8 @@ class MethodSpec:
     needs_router: bool = False
     routing_weights: bool = False
     needs_truth: bool = False
+    family: str = ""
+    sweeps_k: bool = False
     build: Callable[[MethodInputs], Any] | None = None
 
     @property
@@ -161,6 +172,14 @@ class MethodSpec:
             )
         if self.exports == "clusters" and not self.needs_router:
             raise ValueError(f"method {self.name!r} exports clusters but has no router")
+        if not self.family:
+            raise ValueError(f"method {self.name!r} has no family: one of {get_args(Family)}")
+        if self.family not in get_args(Family):
+            raise ValueError(f"method {self.name!r}: family={self.family!r} not in {Family}")
+        if self.sweeps_k and self.models != "clusters":
+            raise ValueError(
+                f"method {self.name!r} sweeps K but holds models={self.models!r}, not clusters"
+            )
 
 
 METHODS: dict[str, MethodSpec] = {}
@@ -239,7 +258,10 @@ def _cfl(inp: MethodInputs) -> CFL:
 
 
 ONE = {"models": "one", "exports": "global"}
+GLOBAL = {**ONE, "family": "global"}
+PERSONALISED = {**ONE, "family": "personalised"}
 CLUSTERS = {"models": "clusters", "exports": "none"}
+CLUSTERED = {**CLUSTERS, "family": "clustered"}
 
 for _spec in (
     MethodSpec(
@@ -250,6 +272,7 @@ for _spec in (
         exports="clusters",
         needs_router=True,
         routing_weights=True,
+        family="ripple",
         build=_ripple,
     ),
     MethodSpec(
@@ -259,105 +282,108 @@ for _spec in (
         **CLUSTERS,
         routing_weights=True,
         needs_truth=True,
+        family="ripple",
         build=_oracle,
     ),
-    MethodSpec("fedavg", "FedAvg, Flower's class: one global model", FedAvgMethod, **ONE),
+    MethodSpec("fedavg", "FedAvg, Flower's class: one global model", FedAvgMethod, **GLOBAL),
     MethodSpec(
         "fedprox",
         "FedProx, Flower's class: FedAvg plus mu/2 ||w - w_global||^2 on the clients",
         FedProxMethod,
-        **ONE,
+        **GLOBAL,
         client_rule="fedprox",
     ),
     MethodSpec(
         "fedadam",
         "FedAdam, Flower's class: Adam on the server over the mean update",
         FedAdamMethod,
-        **ONE,
+        **GLOBAL,
     ),
     MethodSpec(
         "fedavgm",
         "FedAvgM, Flower's class: the mean update applied with server momentum",
         FedAvgMMethod,
-        **ONE,
+        **GLOBAL,
     ),
     MethodSpec(
         "fedyogi",
         "FedYogi, Flower's class: Yogi on the server over the mean update",
         FedYogiMethod,
-        **ONE,
+        **GLOBAL,
     ),
     MethodSpec(
         "fedadagrad",
         "FedAdagrad, Flower's class: Adagrad on the server over the mean update",
         FedAdagradMethod,
-        **ONE,
+        **GLOBAL,
     ),
     MethodSpec(
         "scaffold",
         "SCAFFOLD: server control c and client controls c_i correct every local step",
         Scaffold,
-        **ONE,
+        **GLOBAL,
         client_rule="scaffold",
     ),
     MethodSpec(
         "feddyn",
         "FedDyn: clients add -<g_k, theta> + alpha/2 ||theta - theta_prev||^2, server state h",
         FedDyn,
-        **ONE,
+        **GLOBAL,
         client_rule="feddyn",
     ),
     MethodSpec(
         "perfedavg",
         "Per-FedAvg (first order): MAML steps, scored after one alpha step on the train split",
         PerFedAvg,
-        **ONE,
+        **PERSONALISED,
         client_rule="perfedavg",
     ),
     MethodSpec(
         "pfedme",
         "pFedMe: Moreau-envelope personal models theta_tilde, server beta-mix of local models",
         PFedMe,
-        **ONE,
+        **PERSONALISED,
         client_rule="pfedme",
     ),
     MethodSpec(
         "fedmedian",
         "FedMedian, Flower's class: coordinate-wise median of the replies (robust)",
         FedMedianMethod,
-        **ONE,
+        **GLOBAL,
     ),
     MethodSpec(
         "fedtrimmedavg",
         "FedTrimmedAvg, Flower's class: coordinate-wise trimmed mean (robust)",
         FedTrimmedAvgMethod,
-        **ONE,
+        **GLOBAL,
     ),
     MethodSpec(
         "krum",
         "Krum, Flower's class: the reply closest to its neighbours (robust)",
         KrumMethod,
-        **ONE,
+        **GLOBAL,
     ),
     MethodSpec(
         "ifca",
         "IFCA: all K models to each client, it trains the lowest-loss one (K x FedAvg down)",
         IFCA,
-        **CLUSTERS,
+        **CLUSTERED,
+        sweeps_k=True,
         build=_ifca,
     ),
     MethodSpec(
         "fesem",
         "FeSEM: K centres from one initial model; K-means over the clients' models reassigns",
         FeSEM,
-        **CLUSTERS,
+        **CLUSTERED,
+        sweeps_k=True,
         build=_fesem,
     ),
     MethodSpec(
         "cfl",
         "CFL: one model, split by cosine similarity of updates when the joint one stalls",
         CFL,
-        **CLUSTERS,
+        **CLUSTERED,
         build=_cfl,
     ),
     MethodSpec(
@@ -366,6 +392,7 @@ for _spec in (
         LocalOnly,
         models="per-client",
         exports="none",
+        family="personalised",
     ),
 ):
     register(_spec)

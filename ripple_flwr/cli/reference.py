@@ -35,14 +35,15 @@ def _cell(text: str) -> str:
 def method_table() -> str:
     """One row per registered method, in registration order."""
     rows = [
-        "| method | what it is | server models | exported for onboarding | client rule | options |",
-        "|---|---|---|---|---|---|",
+        "| method | family | what it is | server models | exported for onboarding | client rule "
+        "| options |",
+        "|---|---|---|---|---|---|---|",
     ]
     for spec in METHODS.values():
         options = ", ".join(f"`{o.key}`" for o in spec.options) or "-"
         rows.append(
-            f"| `{spec.name}` | {_cell(spec.summary)} | {spec.models} | {spec.exports} | "
-            f"{spec.client_rule} | {options} |"
+            f"| `{spec.name}` | {spec.family} | {_cell(spec.summary)} | {spec.models} | "
+            f"{spec.exports} | {spec.client_rule} | {options} |"
         )
     return "\n".join(rows)
 

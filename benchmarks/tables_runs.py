@@ -1,0 +1,184 @@
+"""The runs behind benchmarks/tables.py: rows, run configs, results names, reuse and the K sweep.
+
+Each run's results file is named after its row, K, rounds and seed (Table 2:
+also alpha_train and alpha_test), e.g. ``ifca-k6-r300-seed42.json``, so the
+tables can be built over several sittings with ``--reuse`` and the sweep's
+runs never overwrite the table's. ``--reuse-only`` reads what is there and
+trains nothing: a missing run is listed, and its cell is marked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from accuracy import VARIANTS
+from runs import REUSE_IGNORES, run_or_reuse
+from tables_stats import best_k, curve, seed_stats
+
+from ripple_flwr.app.registry import METHODS, MethodSpec
+from ripple_flwr.runs.results import finished_results, tail_mean
+
+TABLE1 = {
+    **VARIANTS,
+    "ripple-hdb-gmm-vae": {"method": "ripple", "sampling": "stratified", "refine": "hdb"},
+}
+TABLE2 = {
+    "ripple-strat": {"method": "ripple", "sampling": "stratified"},
+    "ripple-unif": {"method": "ripple", "sampling": "uniform"},
+    "ripple-hdb": {"method": "ripple", "sampling": "stratified", "refine": "hdb"},
+    "ifca": {"method": "ifca"},
+    "fesem": {"method": "fesem"},
+    "cfl": {"method": "cfl"},
+    "fedavg": {"method": "fedavg"},
+}
+SWEEP_K = (2, 4, 6, 8, 10)  # the paper's (its section G.4)
+SWEEP_CRITERION = "the highest mean final accuracy (mean of the last 3 evaluations) over the seeds"
+
+Results = dict[str, Any]
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def spec_of(rows: Mapping[str, dict], name: str) -> MethodSpec:
+    """The registry entry of a table row (its run config's ``method``)."""
+    return METHODS[rows[name]["method"]]
+
+
+def swept_rows(rows: Mapping[str, dict], names: Iterable[str]) -> list[str]:
+    """The rows whose method's K the benchmarks sweep (the registry's ``sweeps_k``)."""
+    return [name for name in names if spec_of(rows, name).sweeps_k]
+
+
+def run_name(
+    row: str, k: int, rounds: int, seed: int, alphas: tuple[float, float] | None = None
+) -> str:
+    """``<row>-k<K>-r<rounds>[-a<alpha_train>-t<alpha_test>]-seed<seed>.json``."""
+    mid = f"-a{alphas[0]:g}-t{alphas[1]:g}" if alphas else ""
+    return f"{row}-k{k}-r{rounds}{mid}-seed{seed}.json"
+
+
+def base_config(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """The run config every row of a table shares (K and rounds are the row's)."""
+    return {
+        "dataset": args.dataset,
+        "model": args.model,
+        "pretrained": args.pretrained,
+        "num-partitions": args.clients,
+        "partition-size": args.partition_size,
+        "aux-size": args.aux_size,
+        "alpha": args.alpha,
+        "label-kind": args.label_kind,
+        "clients-per-round": args.clients_per_round,
+        "eval-every": args.eval_every,
+        "seed": seed,
+        "checkpoint": args.checkpoint,
+        **({"data-root": args.data_root} if args.data_root else {}),
+        **args.set,
+    }
+
+
+class Runner:
+    """Each results file run or read once per invocation; with ``reuse_only`` nothing trains.
+
+    ``get`` reads a finished results file with the same settings (``--reuse``),
+    also under the earlier names given as ``legacy`` (``<row>-seed<s>.json``);
+    otherwise it trains, or under ``reuse_only`` records the run as missing
+    and returns ``None``.
+    """
+
+    def __init__(
+        self,
+        reuse: bool = False,
+        reuse_only: bool = False,
+        train: Callable[[dict[str, Any]], Results] | None = None,
+    ) -> None:
+        self.reuse = reuse or reuse_only
+        self.reuse_only = reuse_only
+        self.train = train or (lambda cfg: run_or_reuse(cfg, reuse=False))
+        self.missing: list[str] = []
+        self.trained: list[str] = []
+        self._seen: dict[str, tuple[Results | None, Path]] = {}
+
+    def get(
+        self, cfg: dict[str, Any], legacy: Iterable[str | Path] = ()
+    ) -> tuple[Results | None, Path]:
+        """(results or None, the file they are in) of the run ``cfg``."""
+        path = str(cfg["results-path"])
+        if path in self._seen:
+            return self._seen[path]
+        found = self._read(cfg, [path, *legacy]) if self.reuse else None
+        if found is None and self.reuse_only:
+            log(f"missing {Path(path).name} (--reuse-only: not run)")
+            self.missing.append(path)
+            found = (None, Path(path))
+        elif found is None:
+            found = (self.train(cfg), Path(path))
+            self.trained.append(path)
+        self._seen[path] = found
+        return found
+
+    @staticmethod
+    def _read(cfg: dict[str, Any], paths: Iterable[str | Path]) -> tuple[Results, Path] | None:
+        for path in paths:
+            res = finished_results(path, cfg, REUSE_IGNORES)
+            if res is not None:
+                log(f"reusing {path}")
+                return res, Path(path)
+        return None
+
+
+def k_sweep(
+    names: Iterable[str],
+    seeds: Iterable[int],
+    get_run: Callable[[str, int, int], Results | None],
+    extra: Callable[[Results], dict[str, float | None]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Per row: every K of ``SWEEP_K`` over ``seeds``, and the best K by mean final accuracy.
+
+    ``get_run(name, k, seed)`` gives a run's results (``None`` if missing);
+    ``extra`` adds other per-run numbers to each K's cell (seed statistics too).
+    A K with missing seeds is ranked on the seeds it has; ``complete`` says
+    whether every run was there.
+    """
+    seeds = list(seeds)
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        by_k: dict[int, dict[str, Any]] = {}
+        for k in SWEEP_K:
+            runs = {seed: get_run(name, k, seed) for seed in seeds}
+            done = {s: r for s, r in runs.items() if r is not None}
+            final = {s: tail_mean(curve(r)[1]) for s, r in done.items()}
+            cell = {"final_accuracy": seed_stats(final)}
+            extras = {s: extra(r) for s, r in done.items()} if extra else {}
+            for key in sorted(
+                {key for e in extras.values() for key, v in e.items() if v is not None}
+            ):
+                cell[key] = seed_stats({s: e.get(key) for s, e in extras.items()})
+            cell["seeds_missing"] = [s for s, r in runs.items() if r is None]
+            by_k[k] = cell
+        out[name] = {
+            "best_k": best_k(by_k),
+            "complete": not any(c["seeds_missing"] for c in by_k.values()),
+            "by_k": {str(k): cell for k, cell in by_k.items()},
+        }
+        log(f"K sweep {name}: best K = {out[name]['best_k']}")
+    return out
+
+
+def sweep_block(args: argparse.Namespace, methods: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON of a K sweep: its own seeds and rounds, the criterion and every run's numbers."""
+    if not methods:
+        return None
+    return {
+        "seeds": list(args.sweep_seeds),
+        "rounds": args.sweep_rounds,
+        "ks": list(SWEEP_K),
+        "criterion": SWEEP_CRITERION,
+        "methods": methods,
+    }

@@ -1,0 +1,182 @@
+"""Table cells of benchmarks/tables.py: what one run gives, statistics over seeds, best K.
+
+A cell keeps every seed's number and prints the mean +- 2 sigma over the seeds,
+sigma the sample standard deviation (ddof = 1); a single seed prints its value
+alone. Nothing here trains: it reads results dicts (``ripple_flwr.runs.results``).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ripple_flwr.runs.results import hard_ari, tail_mean
+
+INTERVAL = (
+    "mean ± 2 sigma over seeds, sigma the sample standard deviation (ddof = 1); "
+    "one seed: its value alone"
+)
+# The numbers of a Table 1 cell that are summarised over seeds.
+TABLE1_METRICS = (
+    "final_accuracy",
+    "first_round_target",
+    "bytes_ratio_vs_fedavg",
+    "ari_hard",
+    "ari_all",
+    "wall_seconds",
+)
+
+
+def _number(v: Any) -> float | None:
+    """``v`` as a float; ``None`` for a missing value (None or NaN)."""
+    if v is None:
+        return None
+    v = float(v)
+    return None if math.isnan(v) else v
+
+
+def seed_stats(per_seed: Mapping[int, float | None]) -> dict[str, Any]:
+    """Per-seed values, their mean and sample std (ddof = 1) and how many there were.
+
+    A ``None`` (or NaN) value is kept in ``per_seed`` but left out of the mean:
+    the seed ran and has no number (never reached the target, no ARI). ``sigma``
+    is ``None`` below two values.
+    """
+    kept = {str(seed): _number(v) for seed, v in per_seed.items()}
+    vals = [v for v in kept.values() if v is not None]
+    return {
+        "per_seed": kept,
+        "mean": float(np.mean(vals)) if vals else None,
+        "sigma": float(np.std(vals, ddof=1)) if len(vals) > 1 else None,
+        "n": len(vals),
+    }
+
+
+def fmt(v: float | None, spec: str = ".1f", scale: float = 1.0) -> str:
+    """``v`` formatted (times ``scale``), or ``n/a``."""
+    v = _number(v)
+    return "n/a" if v is None else format(v * scale, spec)
+
+
+def fmt_stat(stats: Mapping[str, Any] | None, spec: str = ".1f", scale: float = 1.0) -> str:
+    """``mean ± 2 sigma`` of a cell, its one value alone, or ``n/a``."""
+    if not stats or stats["mean"] is None:
+        return "n/a"
+    text = fmt(stats["mean"], spec, scale)
+    if stats["sigma"] is not None:
+        text += f" ± {fmt(2 * stats['sigma'], spec, scale)}"
+    return text
+
+
+def best_k(by_k: Mapping[int, Mapping[str, Any]], key: str = "final_accuracy") -> int | None:
+    """The K of the highest mean ``key`` over its seeds (ties: the smaller K); None if none ran."""
+    done = [(k, cell[key]["mean"]) for k, cell in by_k.items() if cell[key]["mean"] is not None]
+    if not done:
+        return None
+    return min(done, key=lambda kv: (-kv[1], kv[0]))[0]
+
+
+# -- one run ----------------------------------------------------------------------------------
+def curve(results: Mapping[str, Any]) -> tuple[list[int], list[float]]:
+    """(rounds, weighted-mean personalised accuracy) of one run; NaN where nobody was scored."""
+    acc = results["accuracy_per_round"]
+    rounds = sorted(int(r) for r in acc)
+    return rounds, [_nan(acc[str(r)]["weighted_mean"]) for r in rounds]
+
+
+def _nan(v: Any) -> float:
+    n = _number(v)
+    return math.nan if n is None else n
+
+
+def clusters_ari(res: Mapping[str, Any]) -> tuple[float | None, float | None, str]:
+    """(ARI over near-one-hot clients, ARI over all clients, when) against the dominant label.
+
+    The truth is the results file's ``federation.true_mixtures``: the clients'
+    class mixtures, or their domain mixtures with ``label-kind = "domain"``
+    (the rotation of ``rotated-*``), folded to the run's K. Ripple's clusters
+    are argmax w before round 1, a clustered baseline's its assignment at the end.
+    """
+    truth = np.asarray(res["federation"]["true_mixtures"], dtype=float)
+    if "assignment" in res:
+        rec = res["assignment"]
+        labels, pids = np.asarray(rec["labels"]), np.asarray(rec["partition_ids"])
+        when = "end"
+    elif (res.get("routing") or {}).get("weights") is not None:
+        w = np.asarray(res["routing"]["weights"], dtype=float)
+        labels, pids = w.argmax(axis=1), np.asarray(res["clients"]["partition_ids"])
+        when = "before round 1"
+    else:
+        return None, None, ""
+    hard, _ = hard_ari(truth[pids], labels)
+    every, _ = hard_ari(truth[pids], labels, hard=0.0)
+    return hard, every, when
+
+
+def bytes_ratio(res: Mapping[str, Any]) -> float:
+    """Mean bytes per round (down + up) over FedAvg's: 2 x clients-per-round models."""
+    per_round = [v["down"] + v["up"] for v in res["bytes_per_round"].values()]
+    fedavg = 2 * res["settings"]["clients-per-round"] * res["model_bytes"]
+    return float(np.mean(per_round)) / fedavg
+
+
+def run_metrics(res: Mapping[str, Any], target: float) -> dict[str, Any]:
+    """The Table 1 numbers of one finished run."""
+    rounds, acc = curve(res)
+    hit = [r for r, a in zip(rounds, acc, strict=True) if a >= target]
+    hard, every, when = clusters_ari(res)
+    return {
+        "final_accuracy": tail_mean(acc),
+        "first_round_target": hit[0] if hit else None,
+        "bytes_ratio_vs_fedavg": bytes_ratio(res),
+        "ari_hard": hard,
+        "ari_all": every,
+        "ari_when": when,
+        "wall_seconds": float(res["timings"]["total"]),
+        "models": int(res["num_models"]),
+    }
+
+
+def table1_cell(runs: Mapping[int, Mapping[str, Any] | None], target: float) -> dict[str, Any]:
+    """One Table 1 row over seeds: each metric's per-seed values, mean and sigma.
+
+    ``runs`` maps each seed to its results, ``None`` where the run is missing
+    (``--reuse-only``): those seeds are listed in ``seeds_missing``.
+    """
+    done = {seed: run_metrics(res, target) for seed, res in runs.items() if res is not None}
+    cell: dict[str, Any] = {
+        "seeds_done": list(done),
+        "seeds_missing": [seed for seed, res in runs.items() if res is None],
+    }
+    for key in TABLE1_METRICS:
+        cell[key] = seed_stats({seed: m[key] for seed, m in done.items()})
+    cell["models"] = {str(seed): m["models"] for seed, m in done.items()}
+    cell["ari_when"] = next((m["ari_when"] for m in done.values() if m["ari_when"]), "")
+    return cell
+
+
+def seed_curves(runs: Mapping[int, Mapping[str, Any] | None]) -> dict[str, Any] | None:
+    """Every seed's accuracy curve, and their mean, min and max per evaluation (None if none ran).
+
+    Seeds whose evaluation rounds differ from the first seed's are left out; an
+    evaluation nobody was scored at is ``None``.
+    """
+    curves = {seed: curve(res) for seed, res in runs.items() if res is not None}
+    if not curves:
+        return None
+    rounds = next(iter(curves.values()))[0]
+    per_seed = {str(s): acc for s, (r, acc) in curves.items() if r == rounds}
+    stack = np.asarray(list(per_seed.values()), dtype=float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a round nobody scored in any seed
+        summary = {"mean": np.nanmean(stack, 0), "min": np.nanmin(stack, 0)}
+        summary["max"] = np.nanmax(stack, 0)
+    return {
+        "rounds": rounds,
+        "per_seed": {s: [_number(a) for a in acc] for s, acc in per_seed.items()},
+        **{key: [_number(a) for a in vals] for key, vals in summary.items()},
+    }
