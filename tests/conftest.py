@@ -126,8 +126,10 @@ def pytest_collection_modifyitems(config, items) -> None:
 
     Tests that start real Flower processes (they all take the ``ray_tmp`` fixture) run one
     after another on one pytest-xdist worker: each starts a SuperLink, SuperNodes and Ray, picks
-    free ports, and waits under timeouts sized for a machine it does not share with another
-    deployment. Everything else is spread over the other workers."""
+    free ports, and would race another deployment for ports and cores. Everything else is
+    spread over the other workers, which share the cores with them: so every wait on a Flower
+    process is :data:`TIMEOUT_SCALE` x what it takes on a quiet machine (a wait only ends
+    early on success, so a generous one costs nothing when the code is right)."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if {"tiny_pretrained", "tiny_checkpoint"} & names:
@@ -137,6 +139,10 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 # -- real Flower processes (flwr run / loopback deployment tests) --------------------------------
+# The process tests' timeouts are quiet-machine budgets; under pytest-xdist another worker runs
+# unit tests on the same cores (measured: 127 s -> 184 s for the loopback deployment).
+TIMEOUT_SCALE = 2.0
+
 def free_port() -> int:
     import socket
 
@@ -238,7 +244,7 @@ def wait_for_port(port: int, timeout: float, procs: Processes | None = None) -> 
     import socket
     import time as _time
 
-    deadline = _time.monotonic() + timeout
+    deadline = _time.monotonic() + timeout * TIMEOUT_SCALE
     while _time.monotonic() < deadline:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -259,7 +265,7 @@ def run_flwr(args: list[str], env: dict[str, str], timeout: float):
         env=env,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=timeout * TIMEOUT_SCALE,
     )
 
 
