@@ -294,6 +294,12 @@ def test_fesem_leaves_its_cold_start_when_clients_pull_apart():
     assert centres[0] < -20 and centres[1] > 20
 
 
+def test_fesem_update_points_are_the_returned_model_minus_the_centre_sent():
+    strategy, _, _ = run_method("fesem", rounds=1, **{"fesem-points": "update"})
+    # Every client trained from a copy of the one initial model and added pid + 1 to each weight.
+    np.testing.assert_allclose(strategy.latest, np.repeat([[1.0], [2.0], [3.0], [4.0]], 3, 1))
+
+
 def test_fesem_centre_is_the_mean_of_its_members_models():
     strategy, _, _ = run_method("fesem", rounds=1)
     sent = dict(strategy._sent_from)  # row -> the (cold-start) centre it trained from

@@ -64,6 +64,14 @@ FESEM_UPDATE_EVERY = Option(
     low=1,
     high=1_000_000,
 )
+FESEM_POINTS = Option(
+    "fesem-points",
+    str,
+    "model",
+    "FeSEM: a client's K-means point: model (its last returned model's layer, the authors') "
+    "or update (that model minus the centre it was sent)",
+    choices=("model", "update"),
+)
 FESEM_LAYER = Option(
     "fesem-layer",
     str,
@@ -100,7 +108,7 @@ class FeSEM(ClusterModels):
     truth : the true mixtures pi* by partition id, for the ARI of the final assignment.
     """
 
-    options = (FESEM_UPDATE_EVERY, FESEM_LAYER)
+    options = (FESEM_UPDATE_EVERY, FESEM_LAYER, FESEM_POINTS)
     state_fields = ("cold_rng", "centroids")  # the K-means centroids between reassignments
     keeps_latest = True  # each client's point: the clustered layer of its last model
 
@@ -110,6 +118,7 @@ class FeSEM(ClusterModels):
         super().__init__(settings, models, truth, min_models=2)
         self.point_keys = clustering_keys(models[0], FESEM_LAYER.of(settings))
         self.update_every = FESEM_UPDATE_EVERY.of(settings)
+        self.points_from_updates = FESEM_POINTS.of(settings) == "update"
         self.cold_rng = np.random.default_rng(
             np.random.SeedSequence([settings.seed, _COLD_START_KEY])
         )
@@ -145,7 +154,11 @@ class FeSEM(ClusterModels):
     def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
         """Centres = mean of their members' models; every few rounds, K-means reassigns."""
         rows = [a.row for a in accepted]
-        self.remember(rows, flatten([a.state for a in accepted], self.point_keys))
+        points = flatten([a.state for a in accepted], self.point_keys)
+        if self.points_from_updates:
+            sent = [self.models[self._sent_from[r]] for r in rows]
+            points -= flatten(sent, self.point_keys)
+        self.remember(rows, points)
         self.average_into_clusters(server_round, accepted, [self._sent_from[r] for r in rows])
         if server_round % self.update_every == 0 and server_round < self.num_rounds:
             self.reassign(server_round)
