@@ -143,6 +143,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 # unit tests on the same cores (measured: 127 s -> 184 s for the loopback deployment).
 TIMEOUT_SCALE = 2.0
 
+
 def free_port() -> int:
     import socket
 

@@ -265,6 +265,21 @@ def test_fesem_kmeans_moves_clients_between_centres_when_their_models_separate()
     np.testing.assert_allclose(strategy.centroids[:, 0], [4.0, 96.0])
 
 
+def test_fesem_kmeans_iters_zero_runs_the_reassignment_to_convergence():
+    strategy, _, _ = run_method("fesem", rounds=0, **{"fesem-kmeans-iters": 0})
+    strategy.centroids = np.array([[0.0, 1.0, -1.0], [1.0, 1.0, -1.0]])
+    strategy.latest = flatten([state(w) for w in (0.0, 1.0, 10.0, 11.0)], ["w"])
+    strategy.reassign(10)
+    # Converged: centroids 0.5 and 10.5. One iteration (the authors') stops at 0 and 22/3.
+    assert strategy.assignment.tolist() == [0, 0, 1, 1]
+    np.testing.assert_allclose(strategy.centroids[:, 0], [0.5, 10.5])
+    one, _, _ = run_method("fesem", rounds=0)
+    one.centroids = np.array([[0.0, 1.0, -1.0], [1.0, 1.0, -1.0]])
+    one.latest = strategy.latest.copy()
+    one.reassign(10)
+    np.testing.assert_allclose(one.centroids[:, 0], [0.0, 22 / 3])
+
+
 class Towards(Clients):
     """Training moves w0 half-way to what the client's data wants (+40 or -40)."""
 

@@ -55,6 +55,7 @@ _COLD_START_KEY = 0xFE5E  # SeedSequence key of the cold-start points
 COLD_POINT_SCALE = 0.01  # the authors' uniform(-0.01, 0.01) points
 FIRST_KMEANS_ITERS = 5  # their KmeanModel's first call
 LATER_KMEANS_ITERS = 1  # ... and every later one
+CONVERGED_KMEANS_ITERS = 300  # fesem-kmeans-iters = 0: scikit-learn's own cap
 
 FESEM_UPDATE_EVERY = Option(
     "fesem-update-every",
@@ -71,6 +72,15 @@ FESEM_POINTS = Option(
     "FeSEM: a client's K-means point: model (its last returned model's layer, the authors') "
     "or update (that model minus the centre it was sent)",
     choices=("model", "update"),
+)
+FESEM_KMEANS_ITERS = Option(
+    "fesem-kmeans-iters",
+    int,
+    LATER_KMEANS_ITERS,
+    "FeSEM: Lloyd iterations of each reassignment's K-means (the authors': 1; 0 = until it "
+    "converges)",
+    low=0,
+    high=10_000,
 )
 FESEM_LAYER = Option(
     "fesem-layer",
@@ -108,7 +118,7 @@ class FeSEM(ClusterModels):
     truth : the true mixtures pi* by partition id, for the ARI of the final assignment.
     """
 
-    options = (FESEM_UPDATE_EVERY, FESEM_LAYER, FESEM_POINTS)
+    options = (FESEM_UPDATE_EVERY, FESEM_LAYER, FESEM_POINTS, FESEM_KMEANS_ITERS)
     state_fields = ("cold_rng", "centroids")  # the K-means centroids between reassignments
     keeps_latest = True  # each client's point: the clustered layer of its last model
 
@@ -119,6 +129,7 @@ class FeSEM(ClusterModels):
         self.point_keys = clustering_keys(models[0], FESEM_LAYER.of(settings))
         self.update_every = FESEM_UPDATE_EVERY.of(settings)
         self.points_from_updates = FESEM_POINTS.of(settings) == "update"
+        self.kmeans_iters = FESEM_KMEANS_ITERS.of(settings) or CONVERGED_KMEANS_ITERS
         self.cold_rng = np.random.default_rng(
             np.random.SeedSequence([settings.seed, _COLD_START_KEY])
         )
@@ -165,10 +176,10 @@ class FeSEM(ClusterModels):
         return None
 
     def reassign(self, server_round: int) -> None:
-        """One Lloyd iteration over every client's point, from the previous centroids."""
+        """Lloyd iterations over every client's point, from the previous centroids."""
         before = self.assignment.copy()
         self.centroids, self.assignment = kmeans_lloyd(
-            self.latest, self.centroids, LATER_KMEANS_ITERS
+            self.latest, self.centroids, self.kmeans_iters
         )
         sizes = np.bincount(self.assignment, minlength=self.num_models).tolist()
         moved = int((before != self.assignment).sum())
