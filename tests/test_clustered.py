@@ -199,10 +199,9 @@ def test_ifca_choices_and_per_cluster_means_by_hand():
     assert strategy.models[0]["w"][0] == pytest.approx((10 * 11 + 30 * 13) / 40)
     assert strategy.models[1]["w"][0] == pytest.approx((20 * 92 + 40 * 94) / 60)
     assert strategy.models[0]["w"][1] == pytest.approx((10 * 2 + 30 * 4) / 40)
-    # Every training and evaluation message carried both models (the first evaluation is the
-    # check of the initial models, balanced here: 2 clients each, no second draw).
-    assert clients.received[("train", 0)] == [2] and clients.received[("evaluate", 3)] == [2, 2]
-    assert [d["counts"] for d in strategy.run_record()["assignment"]["init_draws"]] == [[2, 2]]
+    # Every training and evaluation message carried both models; no re-draw by default.
+    assert clients.received[("train", 0)] == [2] and clients.received[("evaluate", 3)] == [2]
+    assert strategy.run_record()["assignment"]["init_draws"] == []
 
 
 def test_ifca_download_is_k_models_per_client():

@@ -55,7 +55,7 @@ def test_ifca_trains_from_the_first_balanced_draw_and_records_what_the_draws_cos
     # The stand-in clients want w0 = 0 (pids 0, 2) or 100 (pids 1, 3). Draw 0 (w0 = 10, 500):
     # every client prefers model 0. Draw 1 = fresh_state(2), fresh_state(3) (w0 = 10, 90).
     models = [state(10.0), state(500.0), state(10.0), state(90.0)]
-    strategy, _, clients = run_method("ifca", models=models)
+    strategy, _, clients = run_method("ifca", models=models, **{"ifca-init-balance": 0.4})
     draws = strategy.run_record()["assignment"]["init_draws"]
     assert [d["counts"] for d in draws] == [[4, 0], [2, 2]]
     assert [d["kept"] for d in draws] == [False, True]

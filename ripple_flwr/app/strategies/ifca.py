@@ -20,8 +20,10 @@ no cap on the draws. Here, before round 1 (not on resume), each draw is sent
 to **every** training client, not to one round's sample: with 10 of 100
 clients a round, a share of 0.1 would be decided by a single client. A
 model must be chosen by at least ``ifca-init-balance`` / K of the clients
-that answered (default 0.4, the original's value at K = 4; 0 turns the
-re-draw off), for at most ``ifca-init-draws`` draws, after which the most
+that answered (the original's value at K = 4 is 0.4; the default 0 keeps
+the first draw: on the paper's protocol, seed 0, 100 rounds, the re-draw took
+4 draws and 4.8 GB and ended at 79.8% with one model holding 56 clients,
+against 80.0% from the first draw), for at most ``ifca-init-draws`` draws, after which the most
 balanced draw is kept and a warning logged. Draw d is the seeded
 initialisations d x K .. d x K + K - 1 (draw 0: the run's initial model and
 initialisations 1 .. K - 1). Every draw's cost (K models to every client) is
@@ -52,9 +54,9 @@ from ripple_flwr.settings import Option, RunSettings
 IFCA_INIT_BALANCE = Option(
     "ifca-init-balance",
     float,
-    0.4,
+    0.0,
     "IFCA: re-draw the K initial models until each is chosen by >= this / K of the clients "
-    "(original: 0.4 at K=4; 0 = off)",
+    "(the original: 0.4 at K=4; 0 = off, the default: measured no better)",
     low=0,
     high=1,
 )
