@@ -121,6 +121,7 @@ def tiny_checkpoint(tiny_pretrained) -> Path:
     return tiny_pretrained[0] / "tiny-vae.pt"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests that pre-train (through the shared fixture) are slow like the process tests.
 
