@@ -19,6 +19,9 @@ prints ONE JSON line:
   serialising one model per client, reply validation, aggregation). FedAvg
   sends one shared record and Ripple one per client, so this ratio is above
   1 by construction; its absolute value (milliseconds) is what matters;
+- ``ifca_round_wall_ratio_vs_fedavg``: the same whole-round ratio for IFCA at
+  K = 4 (each client scores the 4 cluster models on its training split, then
+  trains the best; ``benchmarks/ifca_eval.py`` times that choice alone);
 - the raw numbers behind them.
 
     python benchmarks/federation.py [--rounds 10] [--cache-dir DIR] [--methods scaffold ...]
@@ -44,20 +47,22 @@ from ripple_flwr.runs.outputs import OUTPUT_DIR_ENV  # noqa: E402
 from ripple_flwr.settings import CACHE_DIR_ENV  # noqa: E402
 from ripple_flwr.testing.inprocess import InProcessGrid  # noqa: E402
 
+IFCA_K = 4  # IFCA sends and scores K models per client: its round cost grows with K
 
-def run(method: str, rounds: int, cache_dir: str, out: Path) -> dict:
+
+def run(method: str, rounds: int, cache_dir: str, out: Path, k: int = 10) -> dict:
     cfg = {
         "method": method,
         "num-partitions": 20,
         "clients-per-round": 10,
-        "num-components": 10,
+        "num-components": k,
         "model": "cnn",
         "num-server-rounds": rounds,
         "eval-every": rounds,
         "pretrain-bank-size": 1000,
         "pretrain-steps": 500,
         "cache-dir": cache_dir,
-        "results-path": str(out / f"{method}.json"),
+        "results-path": str(out / f"{method}-k{k}.json"),
     }
     os.environ[OUTPUT_DIR_ENV] = str(out.resolve())  # this script is the server
     path = run_server(InProcessGrid(cfg, keep_traffic=False), cfg)
@@ -84,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         ripple = run("ripple", args.rounds, args.cache_dir, Path(tmp))
         fedavg = run("fedavg", args.rounds, args.cache_dir, Path(tmp))
+        ifca = run("ifca", args.rounds, args.cache_dir, Path(tmp), k=IFCA_K)
         others = {m: run(m, args.rounds, args.cache_dir, Path(tmp)) for m in args.methods}
 
     def per_round(r: dict, key: str) -> list[float]:
@@ -97,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     srv_f = float(np.median(per_round(fedavg, "server_seconds")[1:]))
     wall_r = float(np.median(per_round(ripple, "wall_seconds")[1:]))
     wall_f = float(np.median(per_round(fedavg, "wall_seconds")[1:]))
+    wall_i = float(np.median(per_round(ifca, "wall_seconds")[1:]))
     bytes_r, bytes_f = float(np.mean(traffic(ripple))), float(np.mean(traffic(fedavg)))
     others_bytes = {m: float(np.mean(traffic(r))) for m, r in others.items()}
     print(
@@ -110,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
                 "bytes_per_round": {"fedavg": bytes_f, **others_bytes},
                 "round_wall_ratio_vs_fedavg": round(wall_r / wall_f, 3),
                 "server_seconds_ratio_vs_fedavg": round(srv_r / srv_f, 3),
+                "ifca_round_wall_ratio_vs_fedavg": round(wall_i / wall_f, 3),
+                "ifca_round_wall_seconds": wall_i,
+                "ifca_num_components": IFCA_K,
                 "ripple_server_seconds_per_round": srv_r,
                 "fedavg_server_seconds_per_round": srv_f,
                 "ripple_round_wall_seconds": wall_r,

@@ -105,6 +105,33 @@ def test_lowest_loss_is_the_argmin_of_the_losses_it_reports():
         assert evaluate_model(model, x, y)["loss"] == pytest.approx(loss)
 
 
+def test_cnn_candidates_scored_in_one_pass_choose_as_one_model_at_a_time():
+    """IFCA's scoring (one data check, the CNN's eval forward, one model after another) picks
+    the same candidate as evaluating each candidate alone through the layers' written order."""
+    from ripple_flwr.training.loops import evaluate_states
+    from ripple_flwr.training.models import build_model, get_state
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(64, 1, 28, 28)).astype(np.float32)
+    y = rng.integers(0, 10, 64)
+    torch.manual_seed(1)
+    model = build_model("cnn", (1, 28, 28), 10)
+    states = [get_state(build_model("cnn", (1, 28, 28), 10)) for _ in range(6)]
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    model.eval()
+    by_hand = []
+    with torch.inference_mode():
+        for st in states:
+            model.load_state_dict({k: torch.as_tensor(v) for k, v in st.items()})
+            logits = model.classifier(model.features(xt))
+            by_hand.append(float(torch.nn.functional.cross_entropy(logits, yt)))
+    best, losses = lowest_loss(model, states, x, y)
+    assert best == int(np.argmin(by_hand))
+    np.testing.assert_allclose(losses, by_hand, rtol=1e-5)
+    accs = [r["accuracy"] for r in evaluate_states(model, [None, *states], x, y)]
+    assert accs[0] == accs[1 + best]  # None scores the model as it is: the chosen state
+
+
 def test_the_real_client_chooses_on_its_training_split(tmp_path):
     """handle_train: the chosen candidate is the argmin of the training-split losses."""
     from ripple_flwr.app.client import choose_candidate

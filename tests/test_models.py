@@ -183,3 +183,41 @@ def test_every_model_learns_mnist_with_the_apps_training_loop(name: str) -> None
     # Chance is 0.1 (sd 0.013 over 500 digits); BatchNorm's running statistics after a
     # few dozen steps make ResNet-18's held-out loss noisy, its accuracy is not.
     assert after["accuracy"] > 0.3, (after, losses)
+
+
+class _PlainOrderCNN(torch.nn.Module):
+    """The paper CNN's layers applied in their written order (the reference forward)."""
+
+    def __init__(self, cnn: torch.nn.Module) -> None:
+        super().__init__()
+        self.features, self.classifier = cnn.features, cnn.classifier
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+@pytest.mark.parametrize("shape", [(1, 28, 28), (3, 32, 32)])
+def test_cnn_fast_forward_equals_the_written_order(shape: tuple[int, int, int]) -> None:
+    """Eval (channels-last, ReLU after the pool) agrees with the plain order to float rounding,
+    and training through it leaves every weight bit-identical to training the plain order."""
+    from ripple_flwr.training.loops import train_local
+
+    torch.manual_seed(0)
+    fast = build_model("cnn", shape, 10)
+    plain_model = build_model("cnn", shape, 10)
+    set_state(plain_model, get_state(fast))
+    plain = _PlainOrderCNN(plain_model)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(50, *shape)).astype(np.float32)
+    y = rng.integers(0, 10, 50)
+    fast.eval(), plain.eval()
+    with torch.inference_mode():
+        a, b = fast(torch.from_numpy(x)), plain(torch.from_numpy(x))
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    fast.train(), plain.train()
+    ra = train_local(fast, x, y, epochs=2, seed=3)  # dropout draws from the seeded RNG
+    rb = train_local(plain, x, y, epochs=2, seed=3)
+    assert ra == rb
+    reference = plain_model.state_dict()
+    for name, p in fast.state_dict().items():
+        assert torch.equal(p, reference[name]), name

@@ -21,7 +21,7 @@ import torch
 from flwr.app import ArrayRecord
 
 from ripple_flwr.runs.results import arrayrecord_nbytes
-from ripple_flwr.training.loops import evaluate_model
+from ripple_flwr.training.loops import evaluate_states
 from ripple_flwr.training.models import set_state
 
 CANDIDATE_PREFIX = "candidate-"
@@ -87,10 +87,7 @@ def lowest_loss(
     """
     if not len(states):
         raise ValueError("no candidate model to choose from")
-    losses = []
-    for state in states:
-        set_state(model, state)
-        losses.append(float(evaluate_model(model, x, y, device=device)["loss"]))
+    losses = [float(r["loss"]) for r in evaluate_states(model, states, x, y, device=device)]
     best = int(np.argmin(losses))
     if best != len(states) - 1:
         set_state(model, states[best])

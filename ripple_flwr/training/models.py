@@ -27,6 +27,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 __all__ = ["available_models", "build_model", "get_state", "set_state"]
 
@@ -60,7 +61,31 @@ class PaperCNN(nn.Module):
         self.classifier = nn.Sequential(nn.Linear(flat, 64), nn.ReLU(), nn.Linear(64, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))
+        """``classifier(features(x))``, computed in a faster order that gives the same values.
+
+        ReLU and max-pool commute exactly (both are monotone), so the ReLU after
+        the second conv runs on the pooled map, 4x smaller; its gradients are
+        the same too (a window's gradient reaches its maximum iff that is
+        positive), and trained weights are bit-identical to the plain order.
+        In eval mode both convs run channels-last (input and weights), which
+        oneDNN computes faster on CPU for inference (``benchmarks/ifca_eval.py``;
+        the values agree to float rounding); dropout is the identity there.
+        Training keeps the default layout: channels-last gained nothing in the
+        backward pass, and the default leaves dropout's draws unchanged.
+        """
+        conv1, relu1, conv2, _, pool, dropout, flatten = self.features
+        if self.training:
+            h = conv2(relu1(conv1(x)))
+        else:
+            h = relu1(_conv_channels_last(conv1, x))
+            h = _conv_channels_last(conv2, h.contiguous(memory_format=torch.channels_last))
+        return self.classifier(flatten(dropout(torch.relu(pool(h)))))
+
+
+def _conv_channels_last(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """``conv(x)`` with its weight in channels-last layout (a copy of a few kilobytes)."""
+    weight = conv.weight.contiguous(memory_format=torch.channels_last)
+    return F.conv2d(x, weight, conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
 
 
 def _group_norm(channels: int, max_groups: int = 32) -> nn.GroupNorm:
