@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 from ripple_flwr.app.client import client_rule  # noqa: E402
 from ripple_flwr.app.client_data import benchmark_data  # noqa: E402
@@ -56,6 +57,7 @@ def run_config(args: argparse.Namespace, results: Path, cache: str) -> dict:
         "num-server-rounds": args.rounds,
         "eval-every": args.rounds,
         "results-path": str(results),
+        "client-threads": args.client_threads,
     }
     if cache:
         cfg["cache-dir"] = cache
@@ -93,7 +95,11 @@ def plain_rounds(args: argparse.Namespace, cfg: dict) -> list[float]:
             )
             return get_state(own.model), int(stats["num_examples"])
 
-        replies = list(map_on_cpu_threads(train, chosen, workers=args.workers))
+        if args.workers == 1:  # one client at a time on client-threads torch threads
+            torch.set_num_threads(args.client_threads)
+            replies = [train(pid) for pid in chosen]
+        else:
+            replies = list(map_on_cpu_threads(train, chosen, workers=args.workers))
         total = sum(n for _, n in replies)
         state = {k: sum(s[k] * (n / total) for s, n in replies) for k in state}
         walls.append(time.perf_counter() - t0)
@@ -168,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-round", type=int, default=10)
     p.add_argument("--method", default="fedavg")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument(
+        "--client-threads", type=int, default=1, help="torch threads per client (with --workers 1)"
+    )
     p.add_argument("--cache-dir", default="")
     p.add_argument("--timeout", type=float, default=900)
     args = p.parse_args(argv)
@@ -191,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         "clients": args.clients,
         "clients_per_round": args.per_round,
         "workers": args.workers,
+        "client_threads": args.client_threads,
         "rounds": args.rounds,
         "cpus": os.cpu_count(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
