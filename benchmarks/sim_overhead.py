@@ -2,11 +2,11 @@
 
 Runs the same clients' local training for R rounds twice:
 
-- **plain**: one process, no Flower, no Ray. Each round samples
-  ``clients-per-round`` clients with a seeded generator, trains each from the
-  global model with the app's training rule (same data, model, optimiser,
-  epochs and batch size as a ClientApp; one model per worker thread), ``--workers``
-  clients at a time on threads (one torch thread each), and averages them
+- **plain**: no Flower, no Ray. Each round samples ``clients-per-round``
+  clients with a seeded generator, trains each from the global model with
+  the app's training rule (same data, model, optimiser, epochs and batch
+  size as a ClientApp), ``--workers`` clients at a time on forked worker
+  processes (``--client-threads`` torch threads each), and averages them
   (FedAvg). Its median round is the compute floor at that parallelism.
 - **simulation**: the same run config through ``flwr run`` against a
   simulation SuperLink this script starts (``num-supernodes`` = the
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import re
 import signal
@@ -31,12 +32,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as server_app.py and client_app.py set it
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -46,7 +48,6 @@ from ripple_flwr.app.client_data import benchmark_data  # noqa: E402
 from ripple_flwr.app.run_config import parse_run_config  # noqa: E402
 from ripple_flwr.training.models import build_model, get_state, set_state  # noqa: E402
 from ripple_flwr.training.rules import RoundInputs, train_with_rule  # noqa: E402
-from ripple_flwr.wst.threads import map_on_cpu_threads  # noqa: E402
 
 
 def run_config(args: argparse.Namespace, results: Path, cache: str) -> dict:
@@ -64,45 +65,61 @@ def run_config(args: argparse.Namespace, results: Path, cache: str) -> dict:
     return cfg
 
 
-def plain_rounds(args: argparse.Namespace, cfg: dict) -> list[float]:
-    """Wall of each round of plain FedAvg over the app's client data, model and training rule."""
+_WORKER: dict = {}  # one plain worker process's settings, data, rule and model
+
+
+def _worker_init(cfg: dict, threads: int) -> None:
+    torch.set_num_threads(threads)
     settings = parse_run_config(cfg)
-    data = [benchmark_data(settings, pid) for pid in range(args.clients)]
-    shape, classes = data[0].image_shape, data[0].num_classes
-    rule = client_rule(settings)
-    own = threading.local()  # one model per worker thread, as one per ClientApp process
-    state = get_state(build_model(settings.model, shape, classes))
+    data = [benchmark_data(settings, pid) for pid in range(int(cfg["num-partitions"]))]
+    model = build_model(settings.model, data[0].image_shape, data[0].num_classes)
+    _WORKER.update(settings=settings, data=data, rule=client_rule(settings), model=model)
+
+
+def _worker_train(pid: int, r: int, state: dict) -> tuple[dict, int]:
+    """One client's local training, as a ClientApp does it (the app's data, model and rule)."""
+    settings, data, model = _WORKER["settings"], _WORKER["data"][pid], _WORKER["model"]
+    set_state(model, state)
+    stats, _ = train_with_rule(
+        _WORKER["rule"],
+        model,
+        data.x_train,
+        data.y_train,
+        RoundInputs(lr=settings.lr, momentum=settings.momentum),
+        epochs=settings.local_epochs,
+        batch_size=settings.batch_size,
+        seed=r * 100_003 + int(pid),
+    )
+    return get_state(model), int(stats["num_examples"])
+
+
+def plain_rounds(args: argparse.Namespace, cfg: dict) -> list[float]:
+    """Wall of each round of plain FedAvg on ``--workers`` processes (no Flower, no Ray).
+
+    Processes, not threads: worker threads of one process contend for the
+    GIL between torch calls (measured slower than the simulation itself).
+    """
+    _worker_init(cfg, args.client_threads)  # the parent builds the data once; forks share it
+    state = get_state(_WORKER["model"])
     rng = np.random.default_rng(0)
     walls = []
-    for r in range(1, args.rounds + 1):
-        t0 = time.perf_counter()
-        chosen = rng.choice(args.clients, size=args.per_round, replace=False)
-
-        def train(pid: int, r: int = r, state: dict = state) -> tuple[dict, int]:
-            if not hasattr(own, "model"):
-                own.model = build_model(settings.model, shape, classes)
-            set_state(own.model, state)
-            inputs = RoundInputs(lr=settings.lr, momentum=settings.momentum)
-            stats, _ = train_with_rule(
-                rule,
-                own.model,
-                data[pid].x_train,
-                data[pid].y_train,
-                inputs,
-                epochs=settings.local_epochs,
-                batch_size=settings.batch_size,
-                seed=r * 100_003 + int(pid),
+    ctx = multiprocessing.get_context("fork")
+    init = (cfg, args.client_threads)
+    with ProcessPoolExecutor(
+        args.workers, mp_context=ctx, initializer=_worker_init, initargs=init
+    ) as pool:
+        list(
+            pool.map(_worker_train, [0] * args.workers, [0] * args.workers, [state] * args.workers)
+        )
+        for r in range(1, args.rounds + 1):
+            t0 = time.perf_counter()
+            chosen = [int(c) for c in rng.choice(args.clients, size=args.per_round, replace=False)]
+            replies = list(
+                pool.map(_worker_train, chosen, [r] * len(chosen), [state] * len(chosen))
             )
-            return get_state(own.model), int(stats["num_examples"])
-
-        if args.workers == 1:  # one client at a time on client-threads torch threads
-            torch.set_num_threads(args.client_threads)
-            replies = [train(pid) for pid in chosen]
-        else:
-            replies = list(map_on_cpu_threads(train, chosen, workers=args.workers))
-        total = sum(n for _, n in replies)
-        state = {k: sum(s[k] * (n / total) for s, n in replies) for k in state}
-        walls.append(time.perf_counter() - t0)
+            total = sum(n for _, n in replies)
+            state = {k: sum(s[k] * (n / total) for s, n in replies) for k in state}
+            walls.append(time.perf_counter() - t0)
     return walls
 
 
