@@ -152,7 +152,9 @@ def simulated_rounds(args: argparse.Namespace, cfg: dict, tmp: Path) -> dict:
         "RIPPLE_OUTPUT_DIR": str(tmp),  # the ServerApp writes its results here
     }
     cmd = ["flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess"]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), "--database", str(tmp / "state.db")]
+    cmd += ["--host", "127.0.0.1", "--port", str(port)]
+    if not args.in_memory:  # as `flwr run`'s own local SuperLink: its state in a SQLite file
+        cmd += ["--database", str(tmp / "state.db")]
     log = open(tmp / "superlink.log", "wb")  # noqa: SIM115 - closed below
     link = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, start_new_session=True)
     try:
@@ -194,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--client-threads", type=int, default=1, help="torch threads per client (with --workers 1)"
     )
+    p.add_argument(
+        "--in-memory", action="store_true", help="the SuperLink's state in memory, not SQLite"
+    )
     p.add_argument("--cache-dir", default="")
     p.add_argument("--timeout", type=float, default=900)
     args = p.parse_args(argv)
@@ -218,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         "clients_per_round": args.per_round,
         "workers": args.workers,
         "client_threads": args.client_threads,
+        "superlink_state": "memory" if args.in_memory else "sqlite",
         "rounds": args.rounds,
         "cpus": os.cpu_count(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
