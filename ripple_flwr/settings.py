@@ -282,6 +282,14 @@ class RunSettings:
     eval_every: int = option(
         5, "personalised evaluation every this many rounds (and last)", low=1, high=1_000_000
     )
+    eval_fraction: float = option(
+        1.0,
+        "share of the clients each evaluation scores: a seeded sample, new each evaluation "
+        "(1 = all)",
+        low=0,
+        high=1,
+        low_open=True,
+    )
     seed: int = option(
         0, "model initialisation, client sampling, local shuffles", low=0, high=2**32 - 1
     )

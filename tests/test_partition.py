@@ -101,6 +101,52 @@ def test_dirichlet_partition_follows_alpha_and_odd_labels() -> None:
     assert len(np.unique(taken)) == 200 and set(np.unique(odd[taken])) <= {3, 7, 11}
 
 
+def _flwr_datasets_partition(
+    labels: np.ndarray, num_partitions: int, size: int, alpha: float, seed: int
+) -> list[np.ndarray]:
+    """What dirichlet_partition returned when it called flwr-datasets' partitioner itself."""
+    import warnings
+
+    import datasets
+    from flwr_datasets.partitioner import InnerDirichletPartitioner
+
+    _, dense = np.unique(labels, return_inverse=True)
+    order = np.random.default_rng(seed).permutation(len(labels))
+    partitioner = InnerDirichletPartitioner(
+        partition_sizes=[size] * num_partitions,
+        partition_by="label",
+        alpha=float(alpha),
+        shuffle=True,
+        seed=seed,
+    )
+    partitioner.dataset = datasets.Dataset.from_dict({"label": dense[order], "idx": order})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [
+            np.sort(np.asarray(partitioner.load_partition(pid)["idx"], dtype=np.int64))
+            for pid in range(num_partitions)
+        ]
+
+
+@pytest.mark.parametrize(
+    ("per_class", "num_partitions", "size", "alpha", "seed"),
+    [
+        (300, 10, 150, 0.3, 4),  # half the rows taken
+        (40, 70, 5, 0.1, 0),  # many small clients, classes run out (renormalised priors)
+        (20, 40, 5, 1.0, 3),  # every row taken
+        (50, 9, 30, 100.0, 7),  # near-uniform mixtures
+    ],
+)
+def test_dirichlet_partition_equals_flwr_datasets(
+    per_class: int, num_partitions: int, size: int, alpha: float, seed: int
+) -> None:
+    """The linear-time draws give flwr-datasets 0.6.1's partitions, row for row."""
+    labels = np.array([2, 5, 6, 8, 9, 11, 12, 20, 21, 30])[balanced_labels(per_class, 10, seed)]
+    ours = dirichlet_partition(labels, num_partitions, size, alpha=alpha, seed=seed)
+    theirs = _flwr_datasets_partition(labels, num_partitions, size, alpha, seed)
+    assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
+
+
 def test_dirichlet_partition_errors() -> None:
     labels = balanced_labels(10, 10)
     with pytest.raises(ValueError, match="need 110 rows, but only 100 are available"):

@@ -112,3 +112,17 @@ def test_results_file_of_a_ripple_run(tiny_checkpoint, cache_dir, tmp_path):
     assert r["checkpoint"]["source"] == "config"
     assert np.isfinite(r["final_accuracy"])
     assert path.with_suffix(".png").is_file()
+
+
+def test_to_jsonable_arrays_in_one_pass_and_nan_as_none():
+    from ripple_flwr.io.jsonable import to_jsonable
+
+    w = np.random.default_rng(0).dirichlet(np.ones(4), 50)
+    assert to_jsonable(w) == w.tolist() and json.dumps(to_jsonable(w)) == json.dumps(w.tolist())
+    assert to_jsonable(np.arange(3, dtype=np.int64)) == [0, 1, 2]
+    assert to_jsonable(np.array([True, False])) == [True, False]
+    assert to_jsonable(np.array([[1.0, np.nan], [np.inf, 2.0]], np.float32)) == [
+        [1.0, None],
+        [None, 2.0],
+    ]
+    assert to_jsonable(np.array(np.nan)) is None and to_jsonable(np.array(2.5)) == 2.5

@@ -402,6 +402,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
                 "std": e["accuracy"]["std"],
                 "scored": e["scored"],
                 "expected": e["expected"],
+                "population": e["population"],
                 "coverage": e["coverage"],
             }
             for e in record["evaluations"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 
@@ -64,8 +66,9 @@ def dirichlet_partition(
 ) -> list[np.ndarray]:
     """Disjoint clients of ``partition_size`` rows whose label mixture follows Dir(alpha).
 
-    Uses flwr-datasets' ``InnerDirichletPartitioner`` (the FedDyn scheme the
-    paper's fixed-size clients follow) on an in-memory table of the labels.
+    The draws of flwr-datasets' ``InnerDirichletPartitioner`` (the FedDyn scheme
+    the paper's fixed-size clients follow), in linear time
+    (:func:`inner_dirichlet_rows`).
     Returns each client's row indices into ``labels`` (sorted int64); the same
     arguments give the same partitions in every process.
     """
@@ -85,40 +88,24 @@ def dirichlet_partition(
             f"but only {len(labels)} are available"
         )
 
-    import warnings
-
-    import datasets
-    from flwr_datasets.partitioner import InnerDirichletPartitioner
-
-    # The partitioner looks classes up as 0..C-1 and takes each class's rows from
-    # the end of the table, so relabel to contiguous ids and feed the rows in a
-    # seeded random order: which images a client gets is then random too.
+    # The rows go in a seeded random order (which images a client gets is random too),
+    # relabelled to contiguous class ids; each client's rows map back through ``order``.
     _, dense = np.unique(labels, return_inverse=True)
     order = np.random.default_rng(seed).permutation(len(labels))
-    table = datasets.Dataset.from_dict({"label": dense[order], "idx": order})
+    targets = dense[order]
 
     # With small alpha the Dirichlet draw can be exactly one-hot (float underflow);
-    # when that class runs out, the partitioner renormalises a row of zeros and
+    # when that class runs out, the renormalised row is all zeros and the draw
     # fails with "Probabilities contain NaN". Retry with derived seeds, then say why.
     last_error: Exception | None = None
     for attempt in range(_PARTITION_ATTEMPTS):
         attempt_seed = seed if attempt == 0 else derived_seed(seed, 0x0D1, attempt)
-        partitioner = InnerDirichletPartitioner(
-            partition_sizes=[partition_size] * num_partitions,
-            partition_by="label",
-            alpha=float(alpha),
-            shuffle=True,
-            seed=attempt_seed,
-        )
-        partitioner.dataset = table
         try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="The sum of the partition_sizes")
-                warnings.filterwarnings("ignore", category=RuntimeWarning)
-                return [
-                    np.sort(np.asarray(partitioner.load_partition(pid)["idx"], dtype=np.int64))
-                    for pid in range(num_partitions)
-                ]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rows = inner_dirichlet_rows(
+                    targets, [partition_size] * num_partitions, float(alpha), attempt_seed
+                )
+            return [np.sort(order[r]) for r in rows]
         except ValueError as error:
             if "NaN" not in str(error):
                 raise
@@ -128,6 +115,56 @@ def dirichlet_partition(
         "times: some clients want only labels that ran out (very small alpha makes clients "
         "one-label). Use a larger pool, fewer or smaller partitions, or a larger alpha."
     ) from last_error
+
+
+def inner_dirichlet_rows(
+    targets: np.ndarray, partition_sizes: Sequence[int], alpha: float, seed: int
+) -> list[np.ndarray]:
+    """flwr-datasets 0.6.1's ``InnerDirichletPartitioner`` (shuffle on), draw for draw.
+
+    ``targets`` are class ids 0..C-1 (every id present). Returns each
+    partition's row indices into ``targets``, in the order the partitioner's
+    ``load_partition`` gives them: the same ``numpy`` calls on the same
+    generator, so the same partitions. The partitioner converts its list of
+    unfilled partitions to an array for every one of its draws and sums every
+    partition's remaining room to test for the end: quadratic in the clients
+    (125 s for 10,000 clients of 6 rows here); this keeps both as counters
+    (``tests/test_partition.py`` compares the two).
+    """
+    rng = np.random.default_rng(seed=seed)
+    num_classes = int(targets.max()) + 1 if len(targets) else 0
+    class_priors = rng.dirichlet(alpha=np.full(num_classes, alpha), size=len(partition_sizes))
+    class_rows = [np.flatnonzero(targets == c) for c in range(num_classes)]
+    class_left = [len(r) for r in class_rows]
+    left = [int(n) for n in partition_sizes]
+    rows = [np.zeros(n, dtype=np.int64) for n in left]
+    remaining = sum(left)
+    not_full = list(range(len(left)))
+    while remaining:
+        # rng.choice(a) for a sequence draws integers(0, len(a)), as rng.choice(len(a)) does
+        pid = not_full[rng.choice(len(not_full))]
+        if left[pid] == 0:
+            not_full.remove(pid)
+            continue
+        left[pid] -= 1
+        remaining -= 1
+        probabilities = class_priors[pid]
+        while True:
+            c = int(rng.choice(num_classes, p=probabilities))
+            if class_left[c] == 0:  # that class ran out: no partition draws it again
+                class_priors[:, c] = 0
+                class_priors = class_priors / class_priors.sum(axis=1, keepdims=True)
+                probabilities = class_priors[pid]
+                continue
+            class_left[c] -= 1
+            rows[pid][left[pid]] = class_rows[c][class_left[c]]
+            break
+    out = []
+    for r in rows:
+        shuffled = r.tolist()
+        rng.shuffle(shuffled)  # the partitioner shuffles Python lists, one per partition
+        out.append(np.asarray(shuffled, dtype=np.int64))
+    return out
 
 
 def derived_seed(seed: int, *keys: int) -> int:

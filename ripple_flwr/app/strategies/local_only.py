@@ -53,6 +53,10 @@ class LocalOnly(ServerModels):
     def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
         return states_to_records(self.states)
 
+    def eval_payloads_of(self, arrays: ArrayRecord, rows: np.ndarray) -> list[ArrayRecord]:
+        """Only the sampled clients' own models are serialised."""
+        return states_to_records([self.states[r] for r in rows.tolist()])
+
     @property
     def num_models(self) -> int:
         """One model per client."""

@@ -49,12 +49,13 @@ class RoundRecord:
 
 @dataclass
 class EvaluationRecord:
-    """One personalised evaluation of every client."""
+    """One personalised evaluation of every client, or of an ``eval-fraction`` sample."""
 
     round: int
     bytes_down: int = 0
     wall_seconds: float = 0.0
-    expected: int = 0  # clients sent a model to score
+    expected: int = 0  # clients sent a model to score (the sample, under eval-fraction < 1)
+    population: int = 0  # training clients at the time (expected / population: the sample)
     scored: int = 0  # clients whose score counts (the headline covers these)
     coverage: float = 0.0  # scored / expected
     accuracy: dict[str, float] = field(default_factory=dict)

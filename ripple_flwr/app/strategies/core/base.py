@@ -212,6 +212,15 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
     def eval_payloads(self, arrays: ArrayRecord) -> list[Payload]:
         """The model (or candidate models) each client is evaluated with, in client order."""
 
+    def eval_payloads_of(self, arrays: ArrayRecord, rows: np.ndarray) -> list[Payload]:
+        """The payloads of the clients at ``rows`` only (an ``eval-fraction`` sample).
+
+        By default :meth:`eval_payloads` of every client, then picked: a method
+        that builds one model per client should build only these.
+        """
+        payloads = self.eval_payloads(arrays)
+        return [payloads[r] for r in rows.tolist()]
+
     def onboard_payloads(self, new: QueryResult) -> list[Payload] | None:
         """The zero-shot model (or candidates) of each new client (``None``: none)."""
         return None
@@ -374,12 +383,13 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
         """The app's line, then the Flower class's own settings (cooperative)."""
         s = self.settings
         log.info(
-            "\t├──> %s: %d clients/round of %d, %d rounds, eval every %d, seed %d",
+            "\t├──> %s: %d clients/round of %d, %d rounds, eval every %d (fraction %g), seed %d",
             type(self).__name__,
             s.clients_per_round,
             s.num_partitions,
             self.num_rounds,
             s.eval_every,
+            s.eval_fraction,
             s.seed,
         )
         super().summary()

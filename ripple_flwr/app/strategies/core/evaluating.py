@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Iterable
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 
@@ -24,9 +25,29 @@ from ripple_flwr.app.strategies.core.replies import (
 
 log = logging.getLogger("flwr.ripple")
 
+_EVAL_SAMPLE_KEY = 0xE7A1  # SeedSequence key of the evaluation sample (apart from training's)
+
+
+def eval_sample(num_clients: int, fraction: float, seed: int, server_round: int) -> np.ndarray:
+    """The rows scored in the evaluation of ``server_round``: sorted, without repeats.
+
+    ``fraction`` 1 takes every row (no draw). Otherwise ``round(fraction * n)``
+    rows (at least one), drawn from a generator of the run's seed and the round
+    alone: the same in every process and after a resume, a new sample each
+    evaluation, and the training sampler's stream is not touched.
+    """
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"eval fraction must be in (0, 1], got {fraction}")
+    if fraction >= 1.0 or num_clients == 0:
+        return np.arange(num_clients, dtype=np.int64)
+    size = min(num_clients, max(1, round(fraction * num_clients)))
+    rng = np.random.default_rng(np.random.SeedSequence([seed, _EVAL_SAMPLE_KEY, server_round]))
+    return np.sort(rng.choice(num_clients, size=size, replace=False)).astype(np.int64)
+
 
 class EvaluationRounds:
-    """Evaluates every client for :class:`AppStrategy` (see its attributes)."""
+    """Evaluates the clients for :class:`AppStrategy` (see its attributes): every client, or
+    an ``eval-fraction`` sample of them (:func:`eval_sample`)."""
 
     def is_eval_round(self, server_round: int) -> bool:
         return server_round % self.settings.eval_every == 0 or server_round == self.num_rounds
@@ -34,17 +55,23 @@ class EvaluationRounds:
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Every client gets the model it would receive, on eval rounds only."""
+        """Each client of the round's sample gets the model it would receive, on eval rounds."""
         if not self.is_eval_round(server_round):
             return []
-        payloads = self.eval_payloads(arrays)
-        messages = evaluate_messages(self.clients.node_ids, payloads, server_round)
-        self._eval_sent = list(enumerate(messages))
-        self._eval_candidates = {row: payload_size(p) for row, p in enumerate(payloads)}
+        s = self.settings
+        rows = eval_sample(len(self.clients), s.eval_fraction, s.seed, server_round)
+        payloads = self.eval_payloads_of(arrays, rows)
+        node_ids = [self.clients.node_ids[r] for r in rows.tolist()]
+        messages = evaluate_messages(node_ids, payloads, server_round)
+        self._eval_sent = list(zip(rows.tolist(), messages, strict=True))
+        self._eval_candidates = {
+            row: payload_size(p) for row, p in zip(rows.tolist(), payloads, strict=True)
+        }
         self._eval = EvaluationRecord(
             round=server_round,
             bytes_down=sum(payload_nbytes(p) for p in payloads),
             expected=len(messages),
+            population=len(self.clients),
         )
         self._eval_start = time.perf_counter()
         return messages
@@ -82,13 +109,14 @@ class EvaluationRounds:
         self.ledger.add_evaluation(rec)
         self._readmit(server_round, per_client)
         log.info(
-            "round %d/%d: personalised accuracy %.4f (weighted mean over %d of %d clients, "
-            "coverage %.2f; std %.4f, min %.4f)",
+            "round %d/%d: personalised accuracy %.4f (weighted mean over %d of %d clients asked, "
+            "of %d; coverage %.2f; std %.4f, min %.4f)",
             server_round,
             self.num_rounds,
             rec.accuracy["weighted_mean"],
             rec.scored,
             rec.expected,
+            rec.population,
             rec.coverage,
             rec.accuracy["std"],
             rec.accuracy["min"],
