@@ -219,6 +219,21 @@ def abort(args: argparse.Namespace, memory: TreeMemory, clock: PhaseClock) -> No
     os._exit(3)
 
 
+def run_fields(args: argparse.Namespace, res: dict[str, Any]) -> dict[str, Any]:
+    """The federation's settings and who each evaluation asked and scored (both summaries)."""
+    return {
+        "clients": args.clients,
+        "images_per_client": args.images,
+        "eval_fraction": args.eval_fraction,
+        "evaluated": [e["expected"] for e in res["evaluations"]],
+        "scored": [e["scored"] for e in res["evaluations"]],
+        "rounds": args.rounds,
+        "clients_per_round": args.clients_per_round,
+        "method": args.method,
+        "dataset": args.dataset,
+    }
+
+
 def summary(args, res, clock, memory, by_phase, total, results_s, path) -> dict[str, Any]:
     t = res["timings"]
     rounds = clock.spans["round"]
@@ -236,15 +251,7 @@ def summary(args, res, clock, memory, by_phase, total, results_s, path) -> dict[
         "results_s": round(results_s, 2),
         "total_s": round(total, 2),
         "results_bytes": path.stat().st_size,
-        "clients": args.clients,
-        "images_per_client": args.images,
-        "eval_fraction": args.eval_fraction,
-        "evaluated": [e["expected"] for e in res["evaluations"]],
-        "scored": [e["scored"] for e in res["evaluations"]],
-        "rounds": args.rounds,
-        "clients_per_round": args.clients_per_round,
-        "method": args.method,
-        "dataset": args.dataset,
+        **run_fields(args, res),
         "alpha": args.alpha,
         "routing_l1": (res.get("routing") or {}).get("l1"),
         "ripple_eval_payloads_of": ripple_eval_source(args),

@@ -35,7 +35,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 from memory import TreeMemory  # noqa: E402
 from runs import write_json_line  # noqa: E402
-from scale import commit, parse, run_config  # noqa: E402
+from scale import commit, parse, run_config, run_fields  # noqa: E402
 
 FLOWER_ENV = {
     "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
@@ -69,8 +69,8 @@ def toml_value(v: Any) -> str:
     return json.dumps(v) if isinstance(v, str) else str(v)
 
 
-def stop(procs: list[subprocess.Popen], memory: TreeMemory) -> None:
-    """SIGTERM the sessions this script started, then any process of theirs still alive."""
+def stop_sessions(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM the sessions these processes lead; SIGKILL those still there after 20 s."""
     for proc in procs:
         if proc.poll() is None:
             try:
@@ -82,6 +82,11 @@ def stop(procs: list[subprocess.Popen], memory: TreeMemory) -> None:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def stop(procs: list[subprocess.Popen], memory: TreeMemory) -> None:
+    """SIGTERM the sessions this script started, then any process of theirs still alive."""
+    stop_sessions(procs)
     time.sleep(1.0)
     for pid in sorted(memory.seen - {os.getpid()}):  # reparented Ray processes, if any
         try:
@@ -161,15 +166,7 @@ def summary(args: argparse.Namespace, res: dict, wall: float, memory: TreeMemory
         "pretrain_s": round(t["pretrain_or_load"], 2),
         "server_total_s": round(t["total"], 2),
         "flwr_run_wall_s": round(wall, 2),
-        "clients": args.clients,
-        "images_per_client": args.images,
-        "eval_fraction": args.eval_fraction,
-        "evaluated": [e["expected"] for e in res["evaluations"]],
-        "scored": [e["scored"] for e in res["evaluations"]],
-        "rounds": args.rounds,
-        "clients_per_round": args.clients_per_round,
-        "method": args.method,
-        "dataset": args.dataset,
+        **run_fields(args, res),
         "grid": "Flower simulation (flwr run, Ray), "
         + (f"{args.actors} CPUs" if args.actors else "all CPUs")
         + " for ClientApp actors of 1 CPU",

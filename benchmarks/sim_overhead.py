@@ -27,8 +27,7 @@ import json
 import multiprocessing
 import os
 import re
-import signal
-import socket
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as server_app.py and clie
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from scale_flwr import FLOWER_ENV, free_port, stop_sessions, toml_value, wait_for_port  # noqa: E402
 
 from ripple_flwr.app.client import client_rule  # noqa: E402
 from ripple_flwr.app.client_data import benchmark_data  # noqa: E402
@@ -123,16 +123,6 @@ def plain_rounds(args: argparse.Namespace, cfg: dict) -> list[float]:
     return walls
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def toml_value(v: object) -> str:
-    return json.dumps(v) if isinstance(v, str) else str(v)
-
-
 def simulated_rounds(args: argparse.Namespace, cfg: dict, tmp: Path) -> dict:
     """The results file of the same run config through ``flwr run`` on an own SuperLink."""
     home, port = tmp / "flwr-home", free_port()
@@ -141,16 +131,9 @@ def simulated_rounds(args: argparse.Namespace, cfg: dict, tmp: Path) -> dict:
         f'[superlink]\ndefault = "sim"\n\n[superlink.sim]\naddress = "127.0.0.1:{port}"\n'
         "insecure = true\n"
     )
-    env = {
-        **os.environ,
-        "FLWR_HOME": str(home),
-        "RAY_TMPDIR": tempfile.mkdtemp(prefix="rf-ray-", dir="/tmp"),
-        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-        "FLWR_TELEMETRY_ENABLED": "0",
-        "FLWR_DISABLE_UPDATE_CHECK": "1",
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "RIPPLE_OUTPUT_DIR": str(tmp),  # the ServerApp writes its results here
-    }
+    ray_tmp = tempfile.mkdtemp(prefix="rf-ray-", dir="/tmp")
+    env = {**os.environ, **FLOWER_ENV, "FLWR_HOME": str(home), "RAY_TMPDIR": ray_tmp}
+    env["RIPPLE_OUTPUT_DIR"] = str(tmp)  # the ServerApp writes its results here
     cmd = ["flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess"]
     cmd += ["--host", "127.0.0.1", "--port", str(port)]
     if not args.in_memory:  # as `flwr run`'s own local SuperLink: its state in a SQLite file
@@ -158,11 +141,7 @@ def simulated_rounds(args: argparse.Namespace, cfg: dict, tmp: Path) -> dict:
     log = open(tmp / "superlink.log", "wb")  # noqa: SIM115 - closed below
     link = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, start_new_session=True)
     try:
-        for _ in range(600):
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.1)
+        wait_for_port(port, 60)
         cpus = max(1, (os.cpu_count() or 1) // args.workers)
         out = subprocess.run(
             ["flwr", "run", ".", "sim", "--stream", "--run-config"]
@@ -181,9 +160,9 @@ def simulated_rounds(args: argparse.Namespace, cfg: dict, tmp: Path) -> dict:
             raise SystemExit(f"the simulated run wrote no results file:\n{tail}")
         return json.loads(results.read_text())
     finally:
-        os.killpg(link.pid, signal.SIGTERM)
-        link.wait(30)
+        stop_sessions([link])
         log.close()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
