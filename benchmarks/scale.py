@@ -131,38 +131,6 @@ def commit() -> str:
         return "unknown"
 
 
-def ripple_eval_source(args: argparse.Namespace) -> str:
-    """Where Ripple's sampled evaluation models come from in this run."""
-    from ripple_flwr.app.strategies.ripple import RippleStrategy
-
-    if RippleStrategy.__dict__.get("eval_payloads_of") is _sampled_mix:
-        return "benchmark patch (--ripple-eval-patch)"
-    if "eval_payloads_of" in RippleStrategy.__dict__:
-        return "ripple.py"
-    return "default: every client's model mixed, then the sample picked"
-
-
-def _sampled_mix(self: Any, arrays: Any, rows: Any) -> list:
-    """theta_k = sum_c w_kc theta_c for the sampled rows only (the override ripple.py lacks)."""
-    from ripple_flwr.aggregation.mixing import mix_models
-    from ripple_flwr.app.strategies.core.base import states_to_records
-
-    return states_to_records(mix_models(self.weights[rows], self.stacked))
-
-
-def patch_ripple_eval() -> None:
-    """``--ripple-eval-patch``: give RippleStrategy ``eval_payloads_of`` unless it has its own.
-
-    Without it Ripple builds all N personalised models for every evaluation
-    and picks the sample (1.2 MB each for the CNN: 12 GB at 10,000 clients).
-    Measurement only: the method belongs in ``ripple.py``.
-    """
-    from ripple_flwr.app.strategies.ripple import RippleStrategy
-
-    if "eval_payloads_of" not in RippleStrategy.__dict__:
-        RippleStrategy.eval_payloads_of = _sampled_mix
-
-
 def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """One in-process run, timed by phase, its memory sampled throughout."""
     import torch
@@ -179,8 +147,6 @@ def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         return strategy
 
     server.build_strategy = build_instrumented
-    if args.ripple_eval_patch:
-        patch_ripple_eval()
     cfg = run_config(args, out)
     memory.mark("setup")
     t0 = time.perf_counter()
@@ -212,7 +178,6 @@ def abort(args: argparse.Namespace, memory: TreeMemory, clock: PhaseClock) -> No
         "clients": args.clients,
         "images_per_client": args.images,
         "eval_fraction": args.eval_fraction,
-        "ripple_eval_payloads_of": ripple_eval_source(args),
         "commit": commit(),
     }
     print(json.dumps(line), flush=True)
@@ -254,7 +219,6 @@ def summary(args, res, clock, memory, by_phase, total, results_s, path) -> dict[
         **run_fields(args, res),
         "alpha": args.alpha,
         "routing_l1": (res.get("routing") or {}).get("l1"),
-        "ripple_eval_payloads_of": ripple_eval_source(args),
         "final_accuracy": res["final_accuracy"],
         "grid": "in-process (real client handlers, one process, no Ray)",
         "cpus": os.cpu_count(),
@@ -275,11 +239,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cache-dir", default="", help="default: $RIPPLE_CACHE_DIR or ~/.cache")
     p.add_argument(
         "--abort-above-gb", type=float, default=16.0, help="stop the run there (0: never)"
-    )
-    p.add_argument(
-        "--ripple-eval-patch",
-        action="store_true",
-        help="build only the sampled clients' Ripple models (until ripple.py does)",
     )
     p.add_argument("--profile", default="", help="write a cProfile of the run here")
     p.add_argument("--out", default="", help="also write the JSON line to this file")

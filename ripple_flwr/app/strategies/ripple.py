@@ -283,8 +283,13 @@ class RippleStrategy(ServerModels):
 
     def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
         """Every client's personalised model theta_k."""
+        return self.eval_payloads_of(arrays, np.arange(len(self.weights)))
+
+    def eval_payloads_of(self, arrays: ArrayRecord, rows: np.ndarray) -> list[ArrayRecord]:
+        """The personalised models of the clients at ``rows`` only (an ``eval-fraction`` sample):
+        mixing all of them first held 10,000 models at once (14 GB, benchmarks/scale.py)."""
         with one_cpu_thread():
-            return states_to_records(mix_models(self.weights, self.stacked))
+            return states_to_records(mix_models(self.weights[rows], self.stacked))
 
     def final_arrays(self) -> ArrayRecord:
         """The K cluster models, stacked on a leading axis, as one ArrayRecord."""
