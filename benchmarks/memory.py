@@ -97,7 +97,8 @@ class TreeMemory:
             self.at_peak = detail
         self.peaks[self.phase] = max(self.peaks.get(self.phase, 0), rss)
         if self.limit and rss > self.limit and self.on_limit is not None:
-            self.on_limit(self)  # e.g. report and stop before the machine runs out
+            act, self.on_limit = self.on_limit, None  # once
+            act(self)  # e.g. report and stop before the machine runs out
 
     def _run(self) -> None:
         while not self._stop.is_set():

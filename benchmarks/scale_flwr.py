@@ -106,8 +106,12 @@ def simulate(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any], float
     if args.cache_dir:
         env["RIPPLE_CACHE_DIR"] = str(Path(args.cache_dir).expanduser())
     cfg = run_config(args, out)
-    memory = TreeMemory(interval=0.5).start()
+    cfg["round-timeout"] = args.round_timeout  # the query round's too: who answered by then
+    cfg["node-wait-timeout"] = 600.0
     procs: list[subprocess.Popen] = []
+    memory = TreeMemory(
+        interval=0.5, limit_gb=args.abort_above_gb, on_limit=lambda m: stop(procs, m)
+    ).start()
     try:
         with open(tmp / "superlink.log", "wb") as log:
             procs.append(
@@ -142,6 +146,8 @@ def simulate(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any], float
         stop(procs, memory)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     path = Path(cfg["results-path"])
+    if memory.limit and max(memory.peaks.values(), default=0) > memory.limit:
+        return {"aborted": f"memory above {args.abort_above_gb} GB: stopped"}, wall, memory
     if not path.is_file():  # flwr run exits 0 even when the run failed
         tail = (cli.stdout + cli.stderr)[-3000:]
         raise RuntimeError(f"the run wrote no results; flwr said:\n{tail}")
@@ -149,6 +155,15 @@ def simulate(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any], float
 
 
 def summary(args: argparse.Namespace, res: dict, wall: float, memory: TreeMemory) -> dict:
+    if "aborted" in res:
+        return {
+            **res,
+            "peak_memory_gb": memory.peak_gb,
+            "peak_processes_gb": memory.peak_processes(),
+            "flwr_run_wall_s": round(wall, 2),
+            "clients": args.clients,
+            "commit": commit(),
+        }
     t, rounds = res["timings"], [r["wall_seconds"] for r in res["rounds"]]
     return {
         "query_round_s": round(t["query"], 2),
@@ -162,6 +177,9 @@ def summary(args: argparse.Namespace, res: dict, wall: float, memory: TreeMemory
         "server_total_s": round(t["total"], 2),
         "flwr_run_wall_s": round(wall, 2),
         "clients": args.clients,
+        "query_replies": len(res["clients"]["partition_ids"]),
+        "left_out": len(res["clients"]["left_out"]),
+        "round_timeout_s": args.round_timeout,
         "images_per_client": args.images,
         "eval_fraction": args.eval_fraction,
         "evaluated": [e["expected"] for e in res["evaluations"]],
@@ -183,9 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--actors", type=int, default=0, help="Ray CPUs (0: all)")
     extra.add_argument("--timeout", type=float, default=3600.0, help="seconds for flwr run")
+    extra.add_argument(
+        "--round-timeout", type=float, default=600.0, help="the run's round-timeout (query too)"
+    )
     own, rest = extra.parse_known_args(argv)
     args = parse(rest)
-    args.actors, args.timeout = own.actors, own.timeout
+    args.actors, args.timeout, args.round_timeout = own.actors, own.timeout, own.round_timeout
     with tempfile.TemporaryDirectory() as tmp:
         res, wall, memory = simulate(args, Path(tmp))
     line = json.dumps(summary(args, res, wall, memory))
