@@ -29,6 +29,7 @@ from ripple_flwr.app.strategies.core.server_models import ServerModels
 from ripple_flwr.runs.results import hard_ari, routing_metrics
 from ripple_flwr.runs.resume import save_server_state
 from ripple_flwr.settings import RunSettings
+from ripple_flwr.wst.threads import one_cpu_thread
 
 log = logging.getLogger("flwr.ripple")
 
@@ -233,10 +234,20 @@ class RippleStrategy(ServerModels):
 
     # -- rounds -------------------------------------------------------------------------------
     def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[ArrayRecord]:
-        """theta_k = sum_c w_kc theta_c for the sampled clients, one matrix product per tensor."""
-        self._sent = mix_stacked(self.weights[rows], self.stacked)
+        """theta_k = sum_c w_kc theta_c for the sampled clients, one matrix product per tensor.
+
+        The products are (B, K) x (K, P): memory-bound, and slower on two
+        contended BLAS threads than on one (``benchmarks/federation.py``).
+        """
+        with one_cpu_thread():
+            self._sent = mix_stacked(self.weights[rows], self.stacked)
         self._sent_pos = {int(r): i for i, r in enumerate(rows)}
         return states_to_records(unstack(self._sent))
+
+    def sent_state(self, row: int) -> dict[str, np.ndarray] | None:
+        """Views of the model mixed for ``row`` this round (no decode of its record)."""
+        pos = self._sent_pos.get(int(row))
+        return None if pos is None else {k: v[pos, ...] for k, v in self._sent.items()}
 
     def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
         """Eq. 9 with delta_k = (returned weights - the theta_k the server sent)."""
@@ -245,15 +256,18 @@ class RippleStrategy(ServerModels):
         pos = [self._sent_pos[a.row] for a in accepted]
         # Replies were validated (keys, shapes, finiteness) by validate_train_reply:
         # stack them once per tensor and subtract what was sent, no per-client copies.
-        deltas = {
-            k: np.stack([a.state[k] for a in accepted]) - sent[pos]
-            for k, sent in self._sent.items()
-            if np.issubdtype(sent.dtype, np.inexact)
-        }
+        # Subtract in place; rows sent and rows back in the same order need no gather.
+        in_order = pos == list(range(len(self._sent_pos)))
+        deltas = {}
+        for k, sent in self._sent.items():
+            if np.issubdtype(sent.dtype, np.inexact):
+                d = np.stack([a.state[k] for a in accepted])
+                deltas[k] = np.subtract(d, sent if in_order else sent[pos], out=d)
         wrows = self.weights[[a.row for a in accepted]]
-        updated = apply_stacked_deltas(
-            self.stacked, deltas, wrows, self.settings.server_lr, self.eps
-        )
+        with one_cpu_thread():
+            updated = apply_stacked_deltas(
+                self.stacked, deltas, wrows, self.settings.server_lr, self.eps
+            )
         for c, reason in enumerate(unsafe_stacked_steps(self.stacked, updated)):
             if reason is not None:
                 log.error(
@@ -269,7 +283,8 @@ class RippleStrategy(ServerModels):
 
     def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
         """Every client's personalised model theta_k."""
-        return states_to_records(mix_models(self.weights, self.stacked))
+        with one_cpu_thread():
+            return states_to_records(mix_models(self.weights, self.stacked))
 
     def final_arrays(self) -> ArrayRecord:
         """The K cluster models, stacked on a leading axis, as one ArrayRecord."""

@@ -141,12 +141,27 @@ class ReplyAcceptance:
         """The model each reply's update is measured from, each record decoded once."""
         sent: dict[int, dict[str, np.ndarray]] = {}
         decoded: dict[int, dict[str, np.ndarray]] = {}  # one decode per shared record
+        wanted = {a.row for a in accepted}
         for row, msg in self._sent_messages:
+            if row not in wanted:
+                continue
+            own = self.sent_state(row)
+            if own is not None:
+                sent[row] = own
+                continue
             record = msg.content.array_records["arrays"]
             if id(record) not in decoded:
                 decoded[id(record)] = record_to_state(record)
             sent[row] = decoded[id(record)]
         return [self.update_origin(a, sent[a.row]) for a in accepted]
+
+    def sent_state(self, row: int) -> dict[str, np.ndarray] | None:
+        """The model sent to ``row`` this round, if the strategy keeps it (else it is decoded).
+
+        A strategy that sends each client its own model (Ripple) keeps them as
+        arrays already; returning views of those saves one decode per reply.
+        """
+        return None
 
     def _drop(self, server_round: int, a: Accepted, reason: str) -> Dropped:
         """Log a reply that passed validation but is not used, and record why."""
