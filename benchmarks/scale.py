@@ -146,8 +146,10 @@ def _sampled_mix(self: Any, arrays: Any, rows: Any) -> list:
     """theta_k = sum_c w_kc theta_c for the sampled rows only (the override ripple.py lacks)."""
     from ripple_flwr.aggregation.mixing import mix_models
     from ripple_flwr.app.strategies.core.base import states_to_records
+    from ripple_flwr.wst.threads import one_cpu_thread
 
-    return states_to_records(mix_models(self.weights[rows], self.stacked))
+    with one_cpu_thread():  # as ripple.py's eval_payloads mixes
+        return states_to_records(mix_models(self.weights[rows], self.stacked))
 
 
 def patch_ripple_eval() -> None:
