@@ -83,11 +83,25 @@ def stop(procs: list[subprocess.Popen], memory: TreeMemory) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
     time.sleep(1.0)
-    for pid in sorted(memory.seen - {os.getpid()}):  # reparented Ray processes, if any
+    for pid in memory.still_running():  # reparented Ray processes, if any
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def start_superlink(port: int, env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    """A simulation SuperLink of our own (state in memory), in its own session."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            ["flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess"]
+            + ["--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return proc
 
 
 def simulate(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any], float, TreeMemory]:
@@ -113,17 +127,7 @@ def simulate(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any], float
         interval=0.5, limit_gb=args.abort_above_gb, on_limit=lambda m: stop(procs, m)
     ).start()
     try:
-        with open(tmp / "superlink.log", "wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    ["flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess"]
-                    + ["--host", "127.0.0.1", "--port", str(port)],
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
+        procs.append(start_superlink(port, env, tmp / "superlink.log"))
         wait_for_port(port, 60)
         federation = f"num-supernodes={args.clients} client-resources-num-cpus=1"
         if args.actors:
