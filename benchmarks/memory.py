@@ -36,19 +36,30 @@ def _name(pid: int) -> str:
     return " ".join(words)[:60] or f"pid {pid}"
 
 
+def start_time(pid: int) -> int | None:
+    """A process's start time (clock ticks since boot): with the id, who it is."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def tree_rss(
-    root: int, seen: set[int] | None = None, detail: list[tuple[str, int]] | None = None
+    root: int,
+    seen: dict[int, int | None] | None = None,
+    detail: list[tuple[str, int]] | None = None,
 ) -> int:
-    """Resident bytes of ``root`` and every process below it, now (their ids added to ``seen``;
-    ``detail`` gets each one's name and bytes)."""
-    total, stack, seen = 0, [root], set() if seen is None else seen
+    """Resident bytes of ``root`` and every process below it, now (each one's id and start
+    time go to ``seen``; ``detail`` gets each one's name and bytes)."""
+    total, stack, seen = 0, [root], {} if seen is None else seen
     visited: set[int] = set()
     while stack:
         pid = stack.pop()
         if pid in visited:
             continue
         visited.add(pid)
-        seen.add(pid)
+        if pid not in seen:
+            seen[pid] = start_time(pid)
         try:
             rss = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
             if detail is not None:
@@ -76,7 +87,8 @@ class TreeMemory:
         self.on_limit = on_limit
         self.phase = "start"
         self.peaks: dict[str, int] = {}
-        self.seen: set[int] = set()  # every process ever sampled (to stop what outlives its parent)
+        # Every process ever sampled, with its start time (to stop what outlives its parent).
+        self.seen: dict[int, int | None] = {}
         self.at_peak: list[tuple[str, int]] = []  # the processes of the largest sample
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -97,7 +109,8 @@ class TreeMemory:
             self.at_peak = detail
         self.peaks[self.phase] = max(self.peaks.get(self.phase, 0), rss)
         if self.limit and rss > self.limit and self.on_limit is not None:
-            self.on_limit(self)  # e.g. report and stop before the machine runs out
+            act, self.on_limit = self.on_limit, None  # once
+            act(self)  # e.g. report and stop before the machine runs out
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -115,6 +128,14 @@ class TreeMemory:
         """The largest processes of the peak sample: [name, GB], largest first."""
         big = sorted(self.at_peak, key=lambda p: -p[1])[:top]
         return [[name, round(rss / GB, 3)] for name, rss in big]
+
+    def still_running(self) -> list[int]:
+        """The sampled processes alive now: the same id *and* start time (not a reused id)."""
+        return [
+            pid
+            for pid, started in self.seen.items()
+            if pid != os.getpid() and started is not None and start_time(pid) == started
+        ]
 
     @property
     def peak_gb(self) -> float:

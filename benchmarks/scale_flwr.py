@@ -88,11 +88,25 @@ def stop(procs: list[subprocess.Popen], memory: TreeMemory) -> None:
     """SIGTERM the sessions this script started, then any process of theirs still alive."""
     stop_sessions(procs)
     time.sleep(1.0)
-    for pid in sorted(memory.seen - {os.getpid()}):  # reparented Ray processes, if any
+    for pid in memory.still_running():  # reparented Ray processes, if any
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def start_superlink(port: int, env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    """A simulation SuperLink of our own (state in memory), in its own session."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            ["flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess"]
+            + ["--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return proc
 
 
 def simulate(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any], float, TreeMemory]:
@@ -111,20 +125,14 @@ def simulate(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any], float
     if args.cache_dir:
         env["RIPPLE_CACHE_DIR"] = str(Path(args.cache_dir).expanduser())
     cfg = run_config(args, out)
-    memory = TreeMemory(interval=0.5).start()
+    cfg["round-timeout"] = args.round_timeout  # the query round's too: who answered by then
+    cfg["node-wait-timeout"] = 600.0
     procs: list[subprocess.Popen] = []
+    memory = TreeMemory(
+        interval=0.5, limit_gb=args.abort_above_gb, on_limit=lambda m: stop(procs, m)
+    ).start()
     try:
-        with open(tmp / "superlink.log", "wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    ["flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess"]
-                    + ["--host", "127.0.0.1", "--port", str(port)],
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
+        procs.append(start_superlink(port, env, tmp / "superlink.log"))
         wait_for_port(port, 60)
         federation = f"num-supernodes={args.clients} client-resources-num-cpus=1"
         if args.actors:
@@ -147,6 +155,8 @@ def simulate(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any], float
         stop(procs, memory)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     path = Path(cfg["results-path"])
+    if memory.limit and max(memory.peaks.values(), default=0) > memory.limit:
+        return {"aborted": f"memory above {args.abort_above_gb} GB: stopped"}, wall, memory
     if not path.is_file():  # flwr run exits 0 even when the run failed
         tail = (cli.stdout + cli.stderr)[-3000:]
         raise RuntimeError(f"the run wrote no results; flwr said:\n{tail}")
@@ -154,6 +164,15 @@ def simulate(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Any], float
 
 
 def summary(args: argparse.Namespace, res: dict, wall: float, memory: TreeMemory) -> dict:
+    if "aborted" in res:
+        return {
+            **res,
+            "peak_memory_gb": memory.peak_gb,
+            "peak_processes_gb": memory.peak_processes(),
+            "flwr_run_wall_s": round(wall, 2),
+            "clients": args.clients,
+            "commit": commit(),
+        }
     t, rounds = res["timings"], [r["wall_seconds"] for r in res["rounds"]]
     return {
         "query_round_s": round(t["query"], 2),
@@ -167,6 +186,9 @@ def summary(args: argparse.Namespace, res: dict, wall: float, memory: TreeMemory
         "server_total_s": round(t["total"], 2),
         "flwr_run_wall_s": round(wall, 2),
         **run_fields(args, res),
+        "query_replies": len(res["clients"]["partition_ids"]),
+        "left_out": len(res["clients"]["left_out"]),
+        "round_timeout_s": args.round_timeout,
         "grid": "Flower simulation (flwr run, Ray), "
         + (f"{args.actors} CPUs" if args.actors else "all CPUs")
         + " for ClientApp actors of 1 CPU",
@@ -180,9 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--actors", type=int, default=0, help="Ray CPUs (0: all)")
     extra.add_argument("--timeout", type=float, default=3600.0, help="seconds for flwr run")
+    extra.add_argument(
+        "--round-timeout", type=float, default=600.0, help="the run's round-timeout (query too)"
+    )
     own, rest = extra.parse_known_args(argv)
     args = parse(rest)
-    args.actors, args.timeout = own.actors, own.timeout
+    args.actors, args.timeout, args.round_timeout = own.actors, own.timeout, own.round_timeout
     with tempfile.TemporaryDirectory() as tmp:
         res, wall, memory = simulate(args, Path(tmp))
     line = json.dumps(summary(args, res, wall, memory))

@@ -188,10 +188,9 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
     def active_rows(self) -> np.ndarray:
         """Rows that may be sampled: not failed ``max-failures`` training rounds in a row."""
         limit = self.settings.max_failures
-        return np.array(
-            [r for r in range(len(self.clients)) if self.failures.get(r, 0) < limit],
-            dtype=np.int64,
-        )
+        usable = np.ones(len(self.clients), dtype=bool)
+        usable[[r for r, n in self.failures.items() if n >= limit and r < len(usable)]] = False
+        return np.flatnonzero(usable).astype(np.int64)
 
     def round_size(self, available: int) -> int:
         """Clients per round, fewer when fewer are usable (a smaller round, not a failure)."""

@@ -1,7 +1,11 @@
 """Grid helpers of the app: quick polling, and a view that lets Flower's strategies sample.
 
 Flower's own ``Grid.send_and_receive`` sleeps 3 s between pulls, which would
-dominate short rounds; :class:`PollingGrid` polls every 0.1 s instead.
+dominate short rounds; :class:`PollingGrid` polls every 0.1 s instead. A message
+the server stops waiting for expires soon after (its TTL, Flower's default
+12 h, is cut to the wait plus :data:`TTL_MARGIN`): a late node then finds no
+stale work, and Flower's simulation does not keep running a timed-out round's
+messages ahead of the next round's.
 Flower's strategies pick their training nodes themselves from
 ``grid.get_node_ids()`` with the unseeded global ``random``; handing them a
 :class:`SampledGrid` that shows only the nodes the run's seeded sampler chose
@@ -17,6 +21,18 @@ from collections.abc import Iterable, Sequence
 from flwr.app import Message
 from flwr.serverapp import Grid
 
+TTL_MARGIN = 60.0  # seconds a message outlives the server's wait (clock skew, the last pull)
+
+
+def expire_after(messages: Sequence[Message], timeout: float) -> None:
+    """Cut each message's TTL to ``timeout`` (+ the margin) from now; never lengthen it."""
+    if not math.isfinite(timeout):
+        return
+    now = time.time()
+    for msg in messages:
+        meta = msg.metadata
+        meta.ttl = min(meta.ttl, (now - meta.created_at) + timeout + TTL_MARGIN)
+
 
 def send_and_receive(
     grid: Grid, messages: Sequence[Message], timeout: float, poll: float = 0.1
@@ -25,6 +41,7 @@ def send_and_receive(
     messages = list(messages)
     if not messages:
         return []
+    expire_after(messages, timeout)
     pending = {mid for mid in grid.push_messages(messages) if mid}
     replies: list[Message] = []
     end = time.monotonic() + timeout
