@@ -6,9 +6,13 @@ import numpy as np
 import pytest
 
 from ripple_flwr.aggregation.mixing import (
+    BLOCK_COLUMNS,
+    apply_stacked_deltas,
+    blocked_matmul,
     cluster_mass,
     mix_model,
     mix_models,
+    mix_stacked,
     stratified_sample,
     uniform_sample,
     weighted_cluster_update,
@@ -285,3 +289,33 @@ def test_mixed_tensors_are_arrays_even_when_scalar() -> None:
     (model,) = mix_models(np.array([[0.25, 0.75]]), _two_clusters())
     assert all(isinstance(v, np.ndarray) for v in model.values())
     assert model["s"].shape == () and model["n"].shape == ()
+
+
+def test_products_in_blocks_are_the_same_on_any_number_of_threads() -> None:
+    """Mixing and eq. 9 split wide tensors into fixed column blocks: the same bits on 1 or 3
+    threads (results do not depend on the machine's cores), and the plain product's values."""
+    rng = np.random.default_rng(3)
+    k, b = 5, 7
+    wide = 2 * BLOCK_COLUMNS + 123  # three blocks, the last one partial
+    stacked = {
+        "w": rng.standard_normal((k, 4, wide // 4 + 1)).astype(np.float32),
+        "b": rng.standard_normal((k, 3)).astype(np.float32),
+        "n": np.arange(k, dtype=np.int64),
+    }
+    weights = rng.dirichlet(np.ones(k), size=b)
+    deltas = {
+        key: rng.standard_normal((b, *v.shape[1:])).astype(np.float32)
+        for key, v in stacked.items()
+        if key != "n"
+    }
+    one, three = mix_stacked(weights, stacked), mix_stacked(weights, stacked, workers=3)
+    up1 = apply_stacked_deltas(stacked, deltas, weights)
+    up3 = apply_stacked_deltas(stacked, deltas, weights, workers=3)
+    for key in stacked:
+        assert np.array_equal(one[key], three[key]) and one[key].dtype == stacked[key].dtype
+        assert np.array_equal(up1[key], up3[key])
+    plain = (weights.astype(np.float32) @ stacked["w"].reshape(k, -1)).reshape(one["w"].shape)
+    np.testing.assert_allclose(one["w"], plain, rtol=1e-5, atol=1e-6)
+    a, m = rng.standard_normal((2, 3)), rng.standard_normal((3, wide))
+    add = rng.standard_normal((2, wide))
+    np.testing.assert_allclose(blocked_matmul(a, m, add, workers=2), a @ m + add, rtol=1e-12)

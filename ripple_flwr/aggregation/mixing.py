@@ -16,7 +16,9 @@ No torch and no Flower here, so the maths is testable on hand-built arrays.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -30,6 +32,42 @@ __all__ = [
 ]
 
 _ROW_SUM_TOL = 1e-4
+
+
+# Columns per block of a product. The blocks are fixed, so every element is
+# computed by the same call whatever the number of workers: the results do not
+# depend on the machine's core count.
+BLOCK_COLUMNS = 1 << 15
+
+
+@functools.lru_cache(maxsize=4)
+def _pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ripple-mix")
+
+
+def blocked_matmul(
+    a: np.ndarray, b: np.ndarray, add: np.ndarray | None = None, workers: int = 1
+) -> np.ndarray:
+    """``a @ b`` (+ ``add``), (M, K) x (K, P), in fixed blocks of columns on ``workers`` threads.
+
+    numpy releases the GIL inside each product, so the blocks run in
+    parallel; the caller keeps BLAS to one thread per worker. A product
+    narrower than a block is one plain ``matmul``.
+    """
+    out = np.empty((a.shape[0], b.shape[1]), dtype=np.result_type(a, b))
+
+    def block(cols: slice) -> None:
+        np.matmul(a, b[:, cols], out=out[:, cols])
+        if add is not None:
+            np.add(out[:, cols], add[:, cols], out=out[:, cols])
+
+    blocks = [slice(c, c + BLOCK_COLUMNS) for c in range(0, b.shape[1], BLOCK_COLUMNS)]
+    if workers <= 1 or len(blocks) == 1:
+        for cols in blocks:
+            block(cols)
+    else:
+        list(_pool(workers).map(block, blocks))
+    return out
 
 
 def _is_float(arr: np.ndarray) -> bool:
@@ -102,6 +140,7 @@ def mix_stacked(
     weights: np.ndarray,
     stacked: Mapping[str, np.ndarray],
     threshold: float = 1e-4,
+    workers: int = 1,
 ) -> dict[str, np.ndarray]:
     """Personalised models ``theta_b = sum_c w_bc theta_c``, stacked: each tensor is (B, ...).
 
@@ -111,7 +150,8 @@ def mix_stacked(
     (no shrinkage towards zero) and a client with one dominant cluster gets
     that cluster exactly. Integer tensors are copied from ``argmax_c w_bc``
     (ties: lowest index). Each output tensor keeps its input dtype. One
-    matrix product per tensor for all B clients.
+    matrix product per tensor for all B clients, on ``workers`` threads
+    (:func:`blocked_matmul`).
     """
     k = _num_clusters(stacked)
     w = _check_weights(weights, k, simplex=True)
@@ -124,7 +164,7 @@ def mix_stacked(
     for key, value in stacked.items():
         t = np.asarray(value)
         if _is_float(t):
-            flat = eff.astype(t.dtype, copy=False) @ t.reshape(k, -1)
+            flat = blocked_matmul(eff.astype(t.dtype, copy=False), t.reshape(k, -1), None, workers)
             mixed[key] = flat.reshape((b, *t.shape[1:]))
         else:
             mixed[key] = t[top]  # fancy indexing copies
@@ -213,6 +253,7 @@ def apply_stacked_deltas(
     weights: np.ndarray,
     server_lr: float = 1.0,
     eps: float = 1e-8,
+    workers: int = 1,
 ) -> dict[str, np.ndarray]:
     """Eq. 9 on deltas already stacked per tensor, ``(S, ...)``, and already validated.
 
@@ -241,10 +282,9 @@ def apply_stacked_deltas(
             continue
         if d.shape != (len(w), *t.shape[1:]):
             raise ValueError(f"deltas of {key!r} have shape {d.shape}, expected ({len(w)}, ...)")
-        step = coef.astype(t.dtype, copy=False) @ d.reshape(len(w), -1)
-        # Add into the product's own buffer: a fresh (K, P) array per tensor per round
-        # costs more in first-touch page faults than the addition itself.
-        updated[key] = np.add(t, step.reshape(t.shape), out=step.reshape(t.shape))
+        coef_t = coef.astype(t.dtype, copy=False)
+        flat = blocked_matmul(coef_t, d.reshape(len(w), -1), t.reshape(len(t), -1), workers)
+        updated[key] = flat.reshape(t.shape)
     return updated
 
 

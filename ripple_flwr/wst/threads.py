@@ -56,6 +56,19 @@ def one_cpu_thread(device: torch.device | str = "cpu") -> Iterator[None]:
                 _THREADS_SAVED.clear()
 
 
+@contextmanager
+def worker_threads(max_workers: int = 4) -> Iterator[int]:
+    """How many threads the caller's own parallel numpy work may use, each on one BLAS thread.
+
+    That is torch's thread count (``OMP_NUM_THREADS``, else the cores), at most
+    ``max_workers``; inside :func:`one_cpu_thread` it is 1. BLAS stays on one
+    thread meanwhile, so the workers do not oversubscribe the cores.
+    """
+    workers = max(1, min(max_workers, torch.get_num_threads()))
+    with one_cpu_thread():
+        yield workers
+
+
 def map_on_cpu_threads(
     fn: Callable[[T], R], items: Iterable[T], workers: int | None = None
 ) -> Iterator[R]:

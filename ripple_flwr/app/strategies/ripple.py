@@ -16,7 +16,6 @@ from flwr.serverapp import Grid
 from ripple_flwr.aggregation.hdb import HDBResult, collapse_weights, refine_hdb
 from ripple_flwr.aggregation.mixing import (
     apply_stacked_deltas,
-    mix_models,
     mix_stacked,
     stratified_sample,
     unstack,
@@ -29,7 +28,7 @@ from ripple_flwr.app.strategies.core.server_models import ServerModels
 from ripple_flwr.runs.results import hard_ari, routing_metrics
 from ripple_flwr.runs.resume import save_server_state
 from ripple_flwr.settings import RunSettings
-from ripple_flwr.wst.threads import one_cpu_thread
+from ripple_flwr.wst.threads import worker_threads
 
 log = logging.getLogger("flwr.ripple")
 
@@ -237,10 +236,13 @@ class RippleStrategy(ServerModels):
         """theta_k = sum_c w_kc theta_c for the sampled clients, one matrix product per tensor.
 
         The products are (B, K) x (K, P): memory-bound, and slower on two
-        contended BLAS threads than on one (``benchmarks/federation.py``).
+        contended BLAS threads than on one; fixed blocks of columns on the
+        cores' threads, each with one BLAS thread, are faster on a quiet
+        machine and no slower on a loaded one (``benchmarks/federation.py``).
+        The clients do not train while the server mixes, so the cores are free.
         """
-        with one_cpu_thread():
-            self._sent = mix_stacked(self.weights[rows], self.stacked)
+        with worker_threads() as workers:
+            self._sent = mix_stacked(self.weights[rows], self.stacked, workers=workers)
         self._sent_pos = {int(r): i for i, r in enumerate(rows)}
         return states_to_records(unstack(self._sent))
 
@@ -264,9 +266,9 @@ class RippleStrategy(ServerModels):
                 d = np.stack([a.state[k] for a in accepted])
                 deltas[k] = np.subtract(d, sent if in_order else sent[pos], out=d)
         wrows = self.weights[[a.row for a in accepted]]
-        with one_cpu_thread():
+        with worker_threads() as workers:
             updated = apply_stacked_deltas(
-                self.stacked, deltas, wrows, self.settings.server_lr, self.eps
+                self.stacked, deltas, wrows, self.settings.server_lr, self.eps, workers
             )
         for c, reason in enumerate(unsafe_stacked_steps(self.stacked, updated)):
             if reason is not None:
@@ -288,8 +290,9 @@ class RippleStrategy(ServerModels):
     def eval_payloads_of(self, arrays: ArrayRecord, rows: np.ndarray) -> list[ArrayRecord]:
         """The personalised models of the clients at ``rows`` only (an ``eval-fraction`` sample):
         mixing all of them first held 10,000 models at once (14 GB, benchmarks/scale.py)."""
-        with one_cpu_thread():
-            return states_to_records(mix_models(self.weights[rows], self.stacked))
+        with worker_threads() as workers:
+            mixed = mix_stacked(self.weights[rows], self.stacked, workers=workers)
+        return states_to_records(unstack(mixed))
 
     def final_arrays(self) -> ArrayRecord:
         """The K cluster models, stacked on a leading axis, as one ArrayRecord."""

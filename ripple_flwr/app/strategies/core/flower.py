@@ -69,8 +69,8 @@ class FlowerModel(AppStrategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Flower's ``configure_train`` over the nodes the run's seeded sampler chose."""
+        rows = self.begin_round(server_round, grid)  # the round's server time starts here
         self.latest_global = record_to_state(arrays)
-        rows = self.begin_round(server_round, grid)
         if not len(rows):
             return []
         view = SampledGrid(grid, [self.clients.node_ids[int(r)] for r in rows])
