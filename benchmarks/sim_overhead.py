@@ -98,12 +98,15 @@ def plain_rounds(args: argparse.Namespace, cfg: dict) -> list[float]:
 
     Processes, not threads: worker threads of one process contend for the
     GIL between torch calls (measured slower than the simulation itself).
+    Spawned, not forked: a child forked after the parent ran an OpenMP region
+    with two threads hangs in its first one (GNU OpenMP), and the workers
+    load the cached federation in about a second.
     """
-    _worker_init(cfg, args.client_threads)  # the parent builds the data once; forks share it
+    _worker_init(cfg, args.client_threads)  # the parent builds (and caches) the data once
     state = get_state(_WORKER["model"])
     rng = np.random.default_rng(0)
     walls = []
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")
     init = (cfg, args.client_threads)
     with ProcessPoolExecutor(
         args.workers, mp_context=ctx, initializer=_worker_init, initargs=init
