@@ -18,6 +18,8 @@ Message contents (the wire protocol of the app):
   weights) and ``metrics`` (num-examples, train_loss).
 - ``evaluate``: ``arrays`` and ``config``; reply ``metrics`` (loss,
   accuracy, num-examples, partition-id).
+- ``query.describe`` (FLUX): the model and whether labels may be read; reply
+  the descriptor statistics (:mod:`ripple_flwr.app.describe`).
 - Either message may carry several candidate models (``arrays`` plus
   ``candidate-1`` ...; :mod:`ripple_flwr.app.candidates`): the client keeps the
   one with the lowest loss on its training split and adds ``chosen`` and
@@ -429,4 +431,8 @@ def dispatch(msg: Message, context: Context) -> Message:
         return handle_train(msg, context)
     if kind == "evaluate":
         return handle_evaluate(msg, context)
+    if kind == "query.describe":  # FLUX's descriptor round
+        from ripple_flwr.app.describe import handle_describe
+
+        return handle_describe(msg, context)
     raise ValueError(f"no handler for message type {kind!r}")

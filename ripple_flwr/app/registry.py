@@ -31,6 +31,7 @@ from ripple_flwr.app.strategies.fedprox import FedProxMethod
 from ripple_flwr.app.strategies.fedtrimmedavg import FedTrimmedAvgMethod
 from ripple_flwr.app.strategies.fedyogi import FedYogiMethod
 from ripple_flwr.app.strategies.fesem import FeSEM
+from ripple_flwr.app.strategies.flux import FLUX
 from ripple_flwr.app.strategies.ifca import IFCA
 from ripple_flwr.app.strategies.krum import KrumMethod
 from ripple_flwr.app.strategies.local_only import LocalOnly
@@ -257,6 +258,10 @@ def _cfl(inp: MethodInputs) -> CFL:
     return CFL(inp.settings, inp.initial_state, truth=inp.true_mixtures)
 
 
+def _flux(inp: MethodInputs) -> FLUX:
+    return FLUX(inp.settings, inp.initial_state, truth=inp.true_mixtures)
+
+
 ONE = {"models": "one", "exports": "global"}
 GLOBAL = {**ONE, "family": "global"}
 PERSONALISED = {**ONE, "family": "personalised"}
@@ -385,6 +390,13 @@ for _spec in (
         CFL,
         **CLUSTERED,
         build=_cfl,
+    ),
+    MethodSpec(
+        "flux",
+        "FLUX: FedAvg, then DBSCAN over latent-moment descriptors; unseen clients to the nearest",
+        FLUX,
+        **CLUSTERED,
+        build=_flux,
     ),
     MethodSpec(
         "local",
