@@ -420,19 +420,3 @@ def handle_evaluate(msg: Message, context: Context) -> Message:
     metrics.update(choice)
     metrics["partition-id"] = -1 if data.pid is None else data.pid
     return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
-
-
-def dispatch(msg: Message, context: Context) -> Message:
-    """Route a message to its handler by type, as ``client_app.app`` does (for in-process use)."""
-    kind = msg.metadata.message_type
-    if kind == "query.embed":
-        return handle_query(msg, context)
-    if kind == "train":
-        return handle_train(msg, context)
-    if kind == "evaluate":
-        return handle_evaluate(msg, context)
-    if kind == "query.describe":  # FLUX's descriptor round
-        from ripple_flwr.app.describe import handle_describe
-
-        return handle_describe(msg, context)
-    raise ValueError(f"no handler for message type {kind!r}")
