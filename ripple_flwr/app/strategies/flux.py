@@ -337,7 +337,7 @@ class FLUX(ClusterModels):
             "descriptor_dim": self.layout.descriptor_size,
             "label_free_dim": self.label_free.descriptor_size,
             "descriptor_bytes_per_client": (
-                first["bytes_up"] / max(1, first["answered"]) if first else 0
+                first["bytes_up"] / max(1, first["replies"]) if first else 0
             ),
             "accuracy_trend": self.accuracy_trend,
             "descriptor_rounds": self.descriptor_log,

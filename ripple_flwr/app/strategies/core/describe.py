@@ -43,6 +43,7 @@ class DescriptorRound:
     rejected: dict[int, str] = field(default_factory=dict)
     bytes_down: int = 0
     bytes_up: int = 0
+    replies: int = 0  # replies read, usable or not (bytes_up is theirs)
     seconds: float = 0.0
 
     def record(self) -> dict:
@@ -51,6 +52,7 @@ class DescriptorRound:
             "rejected": {str(k): v for k, v in self.rejected.items()},
             "bytes_down": self.bytes_down,
             "bytes_up": self.bytes_up,
+            "replies": self.replies,
             "seconds": self.seconds,
         }
 
@@ -107,6 +109,7 @@ def descriptor_round(
             log.warning("ignoring a descriptor reply that answers no question of this round")
             continue
         out.bytes_up += message_nbytes(msg)
+        out.replies += 1
         try:
             out.stats[i] = read_descriptor_reply(msg, layout, latent_dim)
         except REPLY_ERRORS as err:
