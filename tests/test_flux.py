@@ -115,6 +115,13 @@ def test_two_well_separated_groups_are_two_clusters_and_one_group_stays_whole():
     assert far.labels.tolist() == [0] * 5 + [1] * 6 + [2] and far.outliers == 1
 
 
+def test_the_knee_rule_makes_singletons_of_a_jittered_groups_far_members():
+    """A property of the official rule (docs/baselines.md#flux), not a choice of this port."""
+    group = np.random.default_rng(0).normal(0.0, 0.05, (8, 6))
+    found = cluster_descriptors(group)
+    assert found.outliers >= 1 and len(found.centroids) > 1
+
+
 def test_knee_of_a_hockey_stick_and_none_on_a_line():
     assert knee_index([1, 1, 1, 1, 1, 1, 1, 1, 10, 20]) == 7
     assert knee_index([1, 2, 3, 4, 5]) is None
