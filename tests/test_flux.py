@@ -280,3 +280,32 @@ def test_a_new_client_gets_the_nearest_centroids_model_from_its_label_free_descr
             np.testing.assert_array_equal(value.numpy(), model[key])
     assert len(evals) == 2 and res["zero_shot"]["supported"] and res["num_models"] > 1
     assert res["zero_shot"]["best_by_loss"]["models"] == res["num_models"]  # the reference
+
+
+def test_a_late_joiner_after_the_clustering_is_assigned_by_its_label_free_descriptor(
+    cache_dir, tmp_path
+):
+    cfg = tiny_run_config(
+        cache_dir,
+        method="flux",
+        **{
+            "num-server-rounds": 3,
+            "flux-start-round": 1,
+            "flux-latest-fraction": 0.0,
+            "eval-every": 3,
+            "new-clients": 1,
+            "results-path": str(tmp_path / "late.json"),
+        },
+    )
+    grid = FakeGrid(cfg, join_after={5: 2})  # partition 5 connects after round 2's training
+    res = json.loads(run_server(grid, cfg).read_text())
+    first, late = res["flux"]["descriptor_rounds"][:2]
+    assert (first["round"], first["answered"]) == (2, 5)
+    assert (late["round"], late["who"], late["answered"]) == (3, "late joiners", 1)
+    assert res["assignment"]["labels"][5] == late["labels"][0]
+    sent, _ = describe_traffic(grid, {int(res["clients"]["node_ids"][5])})
+    assert len(sent) == 1 and not sent[0].content["config"]["labelled"]
+    train = [m for m in grid.sent_of_type("train") if m.content["config"]["server-round"] == 3]
+    assert res["bytes_per_round"]["3"]["down"] == late["bytes_down"] + sum(
+        message_nbytes(m) for m in train
+    )

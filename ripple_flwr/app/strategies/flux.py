@@ -45,6 +45,7 @@ from flwr.serverapp import Grid
 
 from ripple_flwr.aggregation.clustering import State
 from ripple_flwr.aggregation.descriptors import (
+    PROJECTION_POINTS,
     BlockScaler,
     Layout,
     assemble,
@@ -61,7 +62,7 @@ from ripple_flwr.app.strategies.core.clustered import ClusterModels
 from ripple_flwr.app.strategies.core.describe import DescriptorRound, descriptor_round
 from ripple_flwr.app.strategies.core.fields import SIZE_CAP_FACTOR
 from ripple_flwr.app.strategies.core.replies import Accepted
-from ripple_flwr.settings import Option, RunSettings
+from ripple_flwr.settings import ConfigError, Option, RunSettings
 
 log = logging.getLogger("flwr.ripple")
 
@@ -145,6 +146,12 @@ class FLUX(ClusterModels):
         super().__init__(settings, [initial_state], truth)
         self.latent_dim, num_classes = model_dims(initial_state)
         k = FLUX_LATENT_DIM.of(settings) or num_classes
+        if k > min(self.latent_dim, PROJECTION_POINTS):
+            raise ConfigError(
+                f"flux-latent-dim={k} is more than the model's {self.latent_dim} latent features "
+                f"or the projection's {PROJECTION_POINTS} points allow; lower it (0: the number "
+                "of classes)"
+            )
         self.layout = Layout(k, num_classes, labelled=True)
         self.label_free = Layout(k, num_classes, labelled=False)
         self.accuracy_trend: list[float] = []  # weighted accuracy of each evaluation
