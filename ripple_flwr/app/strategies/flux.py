@@ -246,7 +246,7 @@ class FLUX(ClusterModels):
         maxima = np.array([rnd.stats[i][2 * layout.k] for i in sorted(rnd.stats)])
         m = latent_scale(maxima)
         self.offset = m * projection(self.latent_dim, layout.k)[1]
-        self.stat_bound = math.sqrt(self.latent_dim) * SIZE_CAP_FACTOR * m
+        self.stat_bound = math.sqrt(self.latent_dim) * SIZE_CAP_FACTOR * float(np.median(maxima))
         got, raw, held = self._descriptors(rnd, layout)
         scaler = BlockScaler.fit(raw, layout.k)
         self.scale_low, self.scale_high = scaler.low, scaler.high
