@@ -309,3 +309,22 @@ def test_a_late_joiner_after_the_clustering_is_assigned_by_its_label_free_descri
     assert res["bytes_per_round"]["3"]["down"] == late["bytes_down"] + sum(
         message_nbytes(m) for m in train
     )
+
+
+def test_onboard_py_assigns_a_new_client_as_the_run_did(flux_run):
+    """A saved FLUX run (router ``descriptor``) onboards outside Flower by the same rule."""
+    from ripple_flwr.app.client_data import benchmark_data
+    from ripple_flwr.app.run_config import parse_run_config
+    from ripple_flwr.runs.onboarding import Onboarder
+
+    grid, res, fields = flux_run
+    settings = parse_run_config(next(iter(grid.contexts.values())).run_config)
+    onboarder = Onboarder.from_path(res["saved_run"])
+    assert onboarder.summary_kind == "descriptor" and onboarder.run.num_models == res["num_models"]
+    pids = res["zero_shot"]["partition_ids"]
+    got = onboarder.onboard_many([benchmark_data(settings, p).x_train for p in pids])
+    chosen = [int(np.argmax(o.model_weights)) for o in got]
+    assert chosen == res["zero_shot"]["flux"]["labels"]
+    for o, c in zip(got, chosen, strict=True):
+        for key, value in o.state.items():
+            np.testing.assert_array_equal(value, fields["models"][c][key])

@@ -43,7 +43,7 @@ from ripple_flwr.settings import Option, RunSettings
 from ripple_flwr.training.client_rules import CLIENT_RULES
 
 ModelCount = Literal["clusters", "one", "per-client"]
-Export = Literal["clusters", "global", "none"]
+Export = Literal["clusters", "global", "descriptors", "none"]
 # The paper's groups of methods (its Table 1), in the order the benchmarks draw them.
 Family = Literal["ripple", "global", "personalised", "clustered"]
 
@@ -98,7 +98,8 @@ class MethodSpec:
     models : how many models the server holds: ``clusters`` (K, or K_hat),
         ``one`` (a global model) or ``per-client``.
     exports : what a saved run keeps for onboarding outside the run:
-        ``clusters`` (with the router), ``global`` or ``none``.
+        ``clusters`` (with the router), ``global``, ``descriptors`` (the cluster
+        models with what assigns a label-free descriptor to one: FLUX) or ``none``.
     client_rule : the key of the clients' training rule in ``CLIENT_RULES``.
     build : MethodInputs -> the strategy; default ``strategy(settings, initial_state)``.
     needs_router : the server loads or pre-trains the GMM-VAE and clients send
@@ -395,7 +396,7 @@ for _spec in (
         "flux",
         "FLUX: FedAvg, then DBSCAN over latent-moment descriptors; unseen clients to the nearest",
         FLUX,
-        **CLUSTERED,
+        **{**CLUSTERED, "exports": "descriptors"},
         build=_flux,
     ),
     MethodSpec(

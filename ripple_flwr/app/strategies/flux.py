@@ -327,6 +327,19 @@ class FLUX(ClusterModels):
         self.new_record = {"clustered": True, **rec}
         return [records[int(c)] for c in labels]
 
+    def saved_descriptor(self) -> dict[str, np.ndarray] | None:
+        """What ``onboard.py`` needs to assign a new client as the run does (None: one model)."""
+        if not self.clustered_at or not len(self.centroids):
+            return None
+        return {
+            **{f"model/{k}": np.asarray(v) for k, v in self.descriptor_model.items()},
+            "centroids": self.centroids,
+            "scale_low": self.scale_low,
+            "scale_high": self.scale_high,
+            "offset": self.offset,
+            "bound": np.array([self.stat_bound]),
+        }
+
     def reference_models(self) -> list:
         """Every cluster model (the best-by-loss reference beside FLUX's own assignment)."""
         return list(self.model_records())
