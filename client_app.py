@@ -9,6 +9,7 @@ from flwr.app import Context, Message  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 
 from ripple_flwr.app.client import handle_evaluate, handle_query, handle_train  # noqa: E402
+from ripple_flwr.app.describe import handle_describe  # noqa: E402
 
 app = ClientApp()
 
@@ -17,6 +18,12 @@ app = ClientApp()
 def query(msg: Message, context: Context) -> Message:
     """One-shot round: the client's embedding (or mean image), sent once."""
     return handle_query(msg, context)
+
+
+@app.query("describe")
+def describe(msg: Message, context: Context) -> Message:
+    """FLUX: the descriptor of the client's data under the model it is sent."""
+    return handle_describe(msg, context)
 
 
 @app.train()

@@ -33,6 +33,7 @@ TABLE2 = {
     "ifca": {"method": "ifca"},
     "fesem": {"method": "fesem"},
     "cfl": {"method": "cfl"},
+    "flux": {"method": "flux"},  # its own zero-shot: nearest centroid of a label-free descriptor
     "fedavg": {"method": "fedavg"},
 }
 SWEEP_K = (2, 4, 6, 8, 10)  # the paper's (its section G.4)

@@ -33,3 +33,21 @@ def test_flwr_run_simulation_end_to_end(tmp_path, tiny_checkpoint, ray_tmp):
     assert all(b["down"] == b["up"] == 2 * r["model_bytes"] for b in r["bytes_per_round"].values())
     assert r["embedding_bytes_per_client"] == 1953 * 4
     assert results.with_suffix(".png").is_file()
+
+
+def test_flwr_run_flux_describes_clusters_and_onboards_through_flower(tmp_path, ray_tmp):
+    """FLUX's ``query.describe`` messages go through Flower's own runtime (Ray, a SuperLink)."""
+    results = tmp_path / "flux.json"
+    run_config = (
+        f'method="flux" num-partitions=4 new-clients=1 partition-size=60 aux-size=300 '
+        f"clients-per-round=2 num-server-rounds=2 eval-every=1 batch-size=16 "
+        f"flux-start-round=1 flux-latest-fraction=0.0 "
+        f'results-path="{results}" cache-dir="{tmp_path / "cache"}" '
+        f"node-wait-timeout=60.0 round-timeout=120.0"
+    )
+    run_simulation(tmp_path, ray_tmp, run_config, 5, timeout=170)
+    r = json.loads(results.read_text())
+    first = r["flux"]["descriptor_rounds"][0]
+    assert r["flux"]["clustered_at"] == 2 and first["answered"] == 4 and not first["rejected"]
+    assert r["bytes_per_round"]["2"]["up"] > 2 * r["model_bytes"]  # + the descriptors
+    assert r["zero_shot"]["clients"] == 1 and r["zero_shot"]["supported"]

@@ -40,6 +40,8 @@ def comparable(path) -> dict:
         e.pop("wall_seconds")
     for d in res.get("assignment", {}).get("init_draws", []):
         d.pop("seconds")  # IFCA's draws of its initial models, before round 1
+    for d in res.get("flux", {}).get("descriptor_rounds", []):
+        d.pop("seconds")  # FLUX's descriptor rounds
     return res
 
 
@@ -52,7 +54,9 @@ SPLIT_ALWAYS = {
     "cfl-max-similarity": 1.0,
 }
 # What a method needs to run on the tiny federation (3 clients a round) and show its state.
-METHOD_CONFIG = {"cfl": SPLIT_ALWAYS, "krum": {"krum-malicious": 0}}
+# FLUX clusters at the start of round 2, so its clusters and descriptors cross the cut.
+CLUSTER_EARLY = {"flux-start-round": 1, "flux-latest-fraction": 0.2}
+METHOD_CONFIG = {"cfl": SPLIT_ALWAYS, "krum": {"krum-malicious": 0}, "flux": CLUSTER_EARLY}
 
 
 @pytest.mark.parametrize("method", list(METHODS))
@@ -88,6 +92,8 @@ def test_interrupted_after_round_3_and_resumed_equals_the_uninterrupted_run(
     assert comparable(resumed) == comparable(full)
     if method == "cfl":
         assert json.loads(full.read_text())["assignment"]["num_models"] > 1
+    if method == "flux":
+        assert json.loads(full.read_text())["flux"]["clustered_at"] == 2
 
 
 def test_resume_refuses_other_settings_and_damaged_files(cache_dir, tmp_path):

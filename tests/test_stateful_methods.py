@@ -547,7 +547,7 @@ def test_a_client_that_failed_before_keeping_state_is_not_reported_lost(cache_di
 
     from conftest import tiny_run_config
 
-    from ripple_flwr.app.client import dispatch
+    from ripple_flwr.app.handlers import dispatch
     from ripple_flwr.app.server import run_server
 
     def app(msg, context):

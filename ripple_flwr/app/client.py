@@ -18,6 +18,8 @@ Message contents (the wire protocol of the app):
   weights) and ``metrics`` (num-examples, train_loss).
 - ``evaluate``: ``arrays`` and ``config``; reply ``metrics`` (loss,
   accuracy, num-examples, partition-id).
+- ``query.describe`` (FLUX): the model and whether labels may be read; reply
+  the descriptor statistics (:mod:`ripple_flwr.app.describe`).
 - Either message may carry several candidate models (``arrays`` plus
   ``candidate-1`` ...; :mod:`ripple_flwr.app.candidates`): the client keeps the
   one with the lowest loss on its training split and adds ``chosen`` and
@@ -418,15 +420,3 @@ def handle_evaluate(msg: Message, context: Context) -> Message:
     metrics.update(choice)
     metrics["partition-id"] = -1 if data.pid is None else data.pid
     return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
-
-
-def dispatch(msg: Message, context: Context) -> Message:
-    """Route a message to its handler by type, as ``client_app.app`` does (for in-process use)."""
-    kind = msg.metadata.message_type
-    if kind == "query.embed":
-        return handle_query(msg, context)
-    if kind == "train":
-        return handle_train(msg, context)
-    if kind == "evaluate":
-        return handle_evaluate(msg, context)
-    raise ValueError(f"no handler for message type {kind!r}")

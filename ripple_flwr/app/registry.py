@@ -31,6 +31,7 @@ from ripple_flwr.app.strategies.fedprox import FedProxMethod
 from ripple_flwr.app.strategies.fedtrimmedavg import FedTrimmedAvgMethod
 from ripple_flwr.app.strategies.fedyogi import FedYogiMethod
 from ripple_flwr.app.strategies.fesem import FeSEM
+from ripple_flwr.app.strategies.flux import FLUX
 from ripple_flwr.app.strategies.ifca import IFCA
 from ripple_flwr.app.strategies.krum import KrumMethod
 from ripple_flwr.app.strategies.local_only import LocalOnly
@@ -42,7 +43,7 @@ from ripple_flwr.settings import Option, RunSettings
 from ripple_flwr.training.client_rules import CLIENT_RULES
 
 ModelCount = Literal["clusters", "one", "per-client"]
-Export = Literal["clusters", "global", "none"]
+Export = Literal["clusters", "global", "descriptors", "none"]
 # The paper's groups of methods (its Table 1), in the order the benchmarks draw them.
 Family = Literal["ripple", "global", "personalised", "clustered"]
 
@@ -97,7 +98,8 @@ class MethodSpec:
     models : how many models the server holds: ``clusters`` (K, or K_hat),
         ``one`` (a global model) or ``per-client``.
     exports : what a saved run keeps for onboarding outside the run:
-        ``clusters`` (with the router), ``global`` or ``none``.
+        ``clusters`` (with the router), ``global``, ``descriptors`` (the cluster
+        models with what assigns a label-free descriptor to one: FLUX) or ``none``.
     client_rule : the key of the clients' training rule in ``CLIENT_RULES``.
     build : MethodInputs -> the strategy; default ``strategy(settings, initial_state)``.
     needs_router : the server loads or pre-trains the GMM-VAE and clients send
@@ -257,6 +259,10 @@ def _cfl(inp: MethodInputs) -> CFL:
     return CFL(inp.settings, inp.initial_state, truth=inp.true_mixtures)
 
 
+def _flux(inp: MethodInputs) -> FLUX:
+    return FLUX(inp.settings, inp.initial_state, truth=inp.true_mixtures)
+
+
 ONE = {"models": "one", "exports": "global"}
 GLOBAL = {**ONE, "family": "global"}
 PERSONALISED = {**ONE, "family": "personalised"}
@@ -385,6 +391,13 @@ for _spec in (
         CFL,
         **CLUSTERED,
         build=_cfl,
+    ),
+    MethodSpec(
+        "flux",
+        "FLUX: FedAvg, then DBSCAN over latent-moment descriptors; unseen clients to the nearest",
+        FLUX,
+        **{**CLUSTERED, "exports": "descriptors"},
+        build=_flux,
     ),
     MethodSpec(
         "local",

@@ -169,7 +169,8 @@ def save_for_onboarding(
 
     What is written is the method's registry entry's ``exports``: the cluster
     models with the router checkpoint and the HDB map, a global model (router
-    ``none``), or nothing (a method with no model a new client could use).
+    ``none``), FLUX's cluster models with what assigns a descriptor to one
+    (router ``descriptor``), or nothing (a method with no model a new client could use).
     """
     from ripple_flwr.runs.saved_runs import SavedRun, save_run
 
@@ -177,7 +178,10 @@ def save_for_onboarding(
     models = strategy.saved_models()
     if exports == "none" or models is None:
         return None
-    router = {"router": "none"}
+    router: dict = {"router": "none"}
+    descriptor = strategy.saved_descriptor() if exports == "descriptors" else None
+    if descriptor is not None:  # FLUX after its clustering: centroids, scaler, its model
+        router = {"router": "descriptor", "descriptor": descriptor}
     if exports == "clusters":
         ckpt = Path(checkpoint_info["checkpoint"]).expanduser().resolve()
         router = {

@@ -21,10 +21,19 @@ from typing import Any
 import numpy as np
 import torch
 
+from ripple_flwr.aggregation.descriptors import (
+    BlockScaler,
+    Layout,
+    assemble,
+    client_statistics,
+    clip_statistics,
+    nearest_centroid,
+)
 from ripple_flwr.aggregation.hdb import collapse_weights
 from ripple_flwr.aggregation.mixing import mix_model, mix_stacked, unstack
 from ripple_flwr.router.pretrain import load_checkpoint, resolve_device
 from ripple_flwr.runs.saved_runs import SavedRun, file_sha256, load_run
+from ripple_flwr.training.latent import latent_features
 from ripple_flwr.training.models import build_model, set_state
 from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder
 
@@ -67,7 +76,7 @@ class Onboarder:
         self.router = None
         self.embedder: SpectralEmbedder | None = None
         self._map = run.component_map
-        if run.router != "none":
+        if run.router not in ("none", "descriptor"):
             self._load_router()
         # The skeleton is built once (construction draws from torch's global RNG,
         # copies do not) and checked against the cluster states right away.
@@ -85,6 +94,13 @@ class Onboarder:
                 f"{run.image_shape} images and {run.num_classes} classes: {err}"
             ) from err
         self._skeleton.eval()
+        self._describer: torch.nn.Module | None = None
+        if run.router == "descriptor":  # FLUX: the model descriptors are computed under
+            d = run.descriptor
+            self._describer = self.build_model(
+                {k[len("model/") :]: v for k, v in d.items() if k.startswith("model/")}
+            )
+            self._free = Layout(int(d["offset"].shape[0]), run.num_classes, labelled=False)
 
     def _load_router(self) -> None:
         run = self.run
@@ -151,7 +167,9 @@ class Onboarder:
 
     @property
     def summary_kind(self) -> str:
-        """``embedding``, ``mean`` or ``none``: what a client computes and sends."""
+        """``embedding``, ``mean``, ``descriptor`` or ``none``: what a client computes and sends."""
+        if self._describer is not None:
+            return "descriptor"
         return "none" if self.router is None else self.router.needs
 
     # -- client side ------------------------------------------------------------------
@@ -188,6 +206,9 @@ class Onboarder:
     def summarise(self, images: np.ndarray) -> np.ndarray | None:
         """The client-side computation: its embedding Phi, its mean image, or None."""
         x = self.check_images(images)
+        if self._describer is not None:  # FLUX's label-free statistics: no label is read
+            z = latent_features(self._describer, x, device=str(self.device))
+            return client_statistics(z, None, self.run.num_classes, self._free.k)
         if self.router is None:
             return None
         if self.router.needs == "mean":
@@ -201,8 +222,12 @@ class Onboarder:
 
         One batched forward pass of the router. For router ``none`` the
         summaries are ignored (pass None for one client, or any ``(B, ...)``
-        array) and every weight is 1.
+        array) and every weight is 1. A FLUX run (router ``descriptor``) gives
+        each client weight 1 on the model of the centroid nearest its
+        label-free descriptor, as the run assigned its own new clients.
         """
+        if self._describer is not None:
+            return self._nearest(summaries)
         if self.router is None:
             b = 1 if summaries is None else len(summaries)
             ones = np.ones((b, 1), dtype=np.float64)
@@ -218,9 +243,22 @@ class Onboarder:
             return weights, weights.copy()
         return weights, collapse_weights(weights, self._map, self.run.num_models)
 
+    def _nearest(self, summaries: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        if summaries is None:
+            raise ValueError("a FLUX run needs the clients' descriptors")
+        d, layout = self.run.descriptor, self._free
+        stats = np.atleast_2d(np.asarray(summaries, dtype=np.float64))
+        stats, _ = clip_statistics(stats, layout, float(np.ravel(d["bound"])[0]))
+        raw = np.stack([assemble(v, layout, d["offset"]) for v in stats])
+        scaled = BlockScaler(layout.k, d["scale_low"], d["scale_high"]).transform(raw)
+        labels, _ = nearest_centroid(scaled, d["centroids"])
+        weights = np.eye(self.run.num_models)[labels]
+        return weights, weights.copy()
+
     def _mix_one(self, model_weights: np.ndarray) -> dict[str, np.ndarray]:
-        if self.router is None:
-            return {k: np.array(v[0], copy=True) for k, v in self.run.cluster_states.items()}
+        if self.run.router in ("none", "descriptor"):  # one model: the global or the nearest
+            c = int(np.argmax(model_weights))
+            return {k: np.array(v[c], copy=True) for k, v in self.run.cluster_states.items()}
         return mix_model(model_weights, self.run.cluster_states)
 
     def onboard(self, images: np.ndarray) -> Onboarding:
@@ -239,9 +277,12 @@ class Onboarder:
                 raise ValueError(f"client {i}: {err}") from err
         if not summaries:
             return []
-        if self.router is None:
+        if self.run.router == "none":
             weights, model_weights = self.route(np.zeros((len(summaries), 0)))
             states = [self._mix_one(model_weights[0]) for _ in summaries]
+        elif self._describer is not None:
+            weights, model_weights = self.route(np.stack(summaries))
+            states = [self._mix_one(w) for w in model_weights]
         else:
             weights, model_weights = self.route(np.stack(summaries))
             states = unstack(mix_stacked(model_weights, self.run.cluster_states))

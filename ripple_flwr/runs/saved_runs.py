@@ -51,7 +51,9 @@ __all__ = [
 SAVED_RUN_VERSION = 2
 _UNHASHED_VERSION = 1
 _FORMAT = "ripple-flwr saved run"
-ONBOARDING_ROUTERS = ("gmm-vae", "mean-unmixing", "none")
+ONBOARDING_ROUTERS = ("gmm-vae", "mean-unmixing", "none", "descriptor")
+# What a FLUX run saves for its unseen clients (router "descriptor"), besides "model/<key>".
+DESCRIPTOR_KEYS = ("centroids", "scale_low", "scale_high", "offset", "bound")
 _HOW_TO_GET_ONE = (
     "a ripple-flwr run saves it next to its results JSON when it finishes; "
     "or write one with ripple_flwr.runs.saved_runs.save_run"
@@ -98,6 +100,9 @@ class SavedRun:
     router components to a model index in ``[0, M)``; ``None`` means the
     identity (M == K). ``settings`` are the run's settings with dashed keys
     (``J``, ``L``, ``svd-rank``, ``explained-variance``, ``method`` ...).
+    ``descriptor`` (router ``descriptor``, a FLUX run): the model descriptors are
+    computed under (``model/<key>``) and the centroids, block scaler, offset and
+    bound that assign an unseen client's label-free descriptor to a model.
     """
 
     cluster_states: dict[str, np.ndarray]
@@ -109,6 +114,7 @@ class SavedRun:
     router_sha256: str = ""
     component_map: np.ndarray | None = None
     settings: dict = field(default_factory=dict)
+    descriptor: dict[str, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         self.cluster_states = {str(k): np.asarray(v) for k, v in self.cluster_states.items()}
@@ -123,6 +129,8 @@ class SavedRun:
                 )
             self.component_map = cmap.astype(np.int64)
         self.settings = dict(self.settings)
+        if self.descriptor is not None:
+            self.descriptor = {str(k): np.asarray(v) for k, v in self.descriptor.items()}
         self.validate()
 
     @property
@@ -177,6 +185,11 @@ class SavedRun:
                 )
             if self.component_map is not None:
                 raise ValueError("router 'none' takes no component map")
+        if (self.router == "descriptor") != (self.descriptor is not None):
+            raise ValueError("a descriptor goes with router 'descriptor', and only with it")
+        if self.router == "descriptor":
+            self._validate_descriptor(m)
+        if self.router in ("none", "descriptor"):
             return
         if not self.router_checkpoint:
             raise ValueError(f"router {self.router!r} needs router_checkpoint (the GMM-VAE file)")
@@ -191,6 +204,24 @@ class SavedRun:
                     f"got {sorted(set(bad.tolist()))}"
                 )
 
+    def _validate_descriptor(self, m: int) -> None:
+        d = self.descriptor
+        models = {k[len("model/") :]: v for k, v in d.items() if k.startswith("model/")}
+        missing = [k for k in DESCRIPTOR_KEYS if k not in d]
+        if missing:
+            raise ValueError(f"the descriptor lacks {missing[0]!r}")
+        if set(models) != set(self.cluster_states) or any(
+            models[k].shape != v.shape[1:] for k, v in self.cluster_states.items()
+        ):
+            raise ValueError("the descriptor's model does not match the cluster models")
+        cents, k = d["centroids"], int(d["offset"].shape[0]) if d["offset"].ndim == 1 else 0
+        if cents.ndim != 2 or cents.shape[0] != m or k < 1 or cents.shape[1] < 2 * k:
+            raise ValueError(
+                f"descriptor centroids {cents.shape} do not fit M={m} models and k={k}"
+            )
+        if d["scale_low"].shape != d["scale_high"].shape or d["scale_low"].shape[0] < 2:
+            raise ValueError("the descriptor's scaler needs two blocks or more")
+
 
 def save_run(path: str | Path, run: SavedRun) -> Path:
     """Write ``run`` atomically (tmp file + replace); return the absolute path.
@@ -202,7 +233,7 @@ def save_run(path: str | Path, run: SavedRun) -> Path:
     run.validate()
     path = Path(path).expanduser().resolve()
     checkpoint, sha = run.router_checkpoint, run.router_sha256
-    if run.router != "none":
+    if run.router not in ("none", "descriptor"):
         ckpt_path = Path(checkpoint).expanduser().resolve()
         checkpoint = str(ckpt_path)
         if not sha:
@@ -232,6 +263,11 @@ def save_run(path: str | Path, run: SavedRun) -> Path:
         # Plain JSON types only, so weights_only loading accepts every value.
         "settings": json.loads(json.dumps(to_jsonable(run.settings))),
     }
+    if run.descriptor is not None:
+        payload["descriptor"] = {
+            k: torch.from_numpy(np.array(v, order="C", copy=True))
+            for k, v in run.descriptor.items()
+        }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save(seal(payload), tmp)
@@ -266,7 +302,7 @@ def load_run(path: str | Path, *, allow_unverified: bool = False) -> SavedRun:
             )
         raise ValueError(f"{path} is not a ripple-flwr saved run{hint}; {_HOW_TO_GET_ONE}")
     check = FileCheck(f"saved run {path}", _RECREATE)
-    check.keys(payload, _KEYS, optional=(HASH_KEY,))
+    check.keys(payload, _KEYS, optional=(HASH_KEY, "descriptor"))
     version = payload.get("version")
     if version == _UNHASHED_VERSION:
         if not allow_unverified:
@@ -306,6 +342,9 @@ def _checked_fields(payload: dict[str, Any], check: FileCheck) -> dict[str, Any]
         check.tensor(cmap, "component_map")
     for key in ("model", "router", "router_checkpoint", "router_sha256"):
         check.kind(payload[key], str, key)
+    descriptor = payload.get("descriptor")
+    if descriptor is not None:
+        descriptor = {k: v.numpy() for k, v in check.tensors(descriptor, "descriptor").items()}
     return {
         "cluster_states": {k: v.numpy() for k, v in states.items()},
         "model": payload["model"],
@@ -316,6 +355,7 @@ def _checked_fields(payload: dict[str, Any], check: FileCheck) -> dict[str, Any]
         "router_sha256": payload["router_sha256"],
         "component_map": None if cmap is None else cmap.numpy(),
         "settings": check.kind(payload["settings"], dict, "settings"),
+        "descriptor": descriptor,
     }
 
 

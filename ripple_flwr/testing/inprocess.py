@@ -53,7 +53,7 @@ class InProcessGrid(Grid):
         keep_traffic: bool = True,
     ) -> None:
         if app is None:
-            from ripple_flwr.app.client import dispatch
+            from ripple_flwr.app.handlers import dispatch
 
             app = dispatch
         self.app = app
