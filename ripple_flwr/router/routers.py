@@ -92,6 +92,12 @@ class GMMVAERouter:
         return reasons
 
     def route(self, features: np.ndarray, batch_size: int = 4096) -> np.ndarray:
+        return self.route_with_reasons(features, batch_size)[0]
+
+    def route_with_reasons(
+        self, features: np.ndarray, batch_size: int = 4096
+    ) -> tuple[np.ndarray, list[str | None]]:
+        """:meth:`route` and :meth:`out_of_domain` from one pass over the summaries."""
         x = _as_batch(features, self.input_dim, "embedding")
         out = []
         for start in range(0, len(x), batch_size):
@@ -99,9 +105,9 @@ class GMMVAERouter:
             out.append(self.model.posterior(chunk).double().cpu().numpy())
         w = np.concatenate(out) if out else np.zeros((0, self.num_components))
         w = prune_weights(w, self.prune)
-        outside = [i for i, r in enumerate(self.out_of_domain(x)) if r is not None]
-        w[outside] = 1.0 / self.num_components
-        return w
+        reasons = self.out_of_domain(x)
+        w[[i for i, r in enumerate(reasons) if r is not None]] = 1.0 / self.num_components
+        return w, reasons
 
 
 class MeanUnmixingRouter:

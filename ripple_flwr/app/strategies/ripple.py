@@ -119,8 +119,7 @@ class RippleStrategy(ServerModels):
         if self.fixed_weights is not None:
             w = self.fixed_weights[pids]
         elif len(pids):
-            w = np.asarray(self.router.route(clients.features), dtype=np.float64)
-            self._flag_out_of_domain(clients)
+            w = self._route_and_flag(clients)
         else:
             w = np.zeros((0, self.k))
         if w.shape != (len(pids), self.k):
@@ -129,15 +128,17 @@ class RippleStrategy(ServerModels):
             )
         return w
 
-    def _flag_out_of_domain(self, clients: QueryResult) -> None:
-        """Log and record the clients whose summary the router would not read."""
-        check = getattr(self.router, "out_of_domain", None)
-        if check is None:
-            return
-        for pid, reason in zip(clients.partition_ids, check(clients.features), strict=True):
+    def _route_and_flag(self, clients: QueryResult) -> np.ndarray:
+        """The router's w; the clients whose summary it would not read are logged and recorded."""
+        both = getattr(self.router, "route_with_reasons", None)
+        if both is None:  # a router without a domain check (mean unmixing)
+            return np.asarray(self.router.route(clients.features), dtype=np.float64)
+        w, reasons = both(clients.features)  # one domain check, not a second pass
+        for pid, reason in zip(clients.partition_ids, reasons, strict=True):
             if reason is not None:
                 log.warning("partition %d: %s", pid, reason)
                 self.out_of_domain.append({"partition": int(pid), "reason": reason})
+        return np.asarray(w, dtype=np.float64)
 
     def model_weights(self, w: np.ndarray) -> np.ndarray:
         """Weights over the trained models: w itself, or collapsed by the HDB map."""
