@@ -36,7 +36,10 @@ accuracy, as the paper does); the JSON keeps the whole sweep.
 ``--reuse`` reads a run's results file instead of rerunning it when it holds
 the same settings (files are named ``<row>-k<K>-r<rounds>[-a..-t..]-seed<s>.json``),
 so a table can be built over several sittings; ``--reuse-only`` reads what is
-there, trains nothing, and marks the missing cells.
+there, trains nothing, and marks the missing cells. ``--keep DIR`` also writes
+each run's summary (what the table reads, a few KB) to DIR and reuses from it:
+the results files are megabytes and stay on the machine, DIR is committed
+(``docs/results/runs/<table>-<dataset>``).
 """
 
 from __future__ import annotations
@@ -173,6 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only read finished runs (as --reuse): train nothing, mark the missing cells",
     )
+    p.add_argument(
+        "--keep",
+        default="",
+        help="also keep each run's summary (a few KB) in this folder, and reuse from it: "
+        "commit it to carry the table to another machine",
+    )
     p.add_argument("--plot", default=None, help="the table's PNG (default: <out>/<table>.png)")
     p.add_argument("--md", default=None, help="write the Markdown table here")
     p.add_argument("--json", default="", help="also write the JSON line to this file")
@@ -213,7 +222,7 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
         import torch
 
         torch.set_num_threads(1)
-    runner = Runner(reuse=args.reuse, reuse_only=args.reuse_only, train=train)
+    runner = Runner(reuse=args.reuse, reuse_only=args.reuse_only, train=train, keep=args.keep)
     stamp = machine_stamp()
     result = (table1 if args.table == "table1" else table2)(args, out, runner, stamp)
     md_path = Path(args.md or out / f"{args.table}.md")

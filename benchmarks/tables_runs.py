@@ -5,11 +5,17 @@ also alpha_train and alpha_test), e.g. ``ifca-k6-r300-seed42.json``, so the
 tables can be built over several sittings with ``--reuse`` and the sweep's
 runs never overwrite the table's. ``--reuse-only`` reads what is there and
 trains nothing: a missing run is listed, and its cell is marked.
+
+The tables read each run's *summary* (``tables_stats.summarise``). With
+``--keep DIR`` every summary is also written to ``DIR/<results name>``, and
+``--reuse`` finds a run there when its results file is gone: commit DIR and
+the table carries over to a machine that never held the results files.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -17,10 +23,10 @@ from typing import Any
 
 from accuracy import VARIANTS
 from runs import REUSE_IGNORES, run_or_reuse
-from tables_stats import best_k, curve, seed_stats
+from tables_stats import best_k, seed_stats, summarise
 
 from ripple_flwr.app.registry import METHODS, MethodSpec
-from ripple_flwr.runs.results import finished_results, tail_mean
+from ripple_flwr.runs.results import finished_results
 
 TABLE1 = {
     **VARIANTS,
@@ -85,12 +91,13 @@ def base_config(args: argparse.Namespace, seed: int) -> dict[str, Any]:
 
 
 class Runner:
-    """Each results file run or read once per invocation; with ``reuse_only`` nothing trains.
+    """Each run trained or read once per invocation; with ``reuse_only`` nothing trains.
 
-    ``get`` reads a finished results file with the same settings (``--reuse``),
-    also under the earlier names given as ``legacy`` (``<row>-seed<s>.json``);
-    otherwise it trains, or under ``reuse_only`` records the run as missing
-    and returns ``None``.
+    ``get`` reads a finished run with the same settings (``--reuse``): its
+    results file, the earlier names given as ``legacy`` (``<row>-seed<s>.json``),
+    then its summary in ``keep``; otherwise it trains, or under ``reuse_only``
+    records the run as missing and returns ``None``. It returns the run's
+    summary, and writes it to ``keep`` (when given).
     """
 
     def __init__(
@@ -98,10 +105,12 @@ class Runner:
         reuse: bool = False,
         reuse_only: bool = False,
         train: Callable[[dict[str, Any]], Results] | None = None,
+        keep: str | Path | None = None,
     ) -> None:
         self.reuse = reuse or reuse_only
         self.reuse_only = reuse_only
         self.train = train or (lambda cfg: run_or_reuse(cfg, reuse=False))
+        self.keep = Path(keep) if keep else None
         self.missing: list[str] = []
         self.trained: list[str] = []
         self._seen: dict[str, tuple[Results | None, Path]] = {}
@@ -109,20 +118,32 @@ class Runner:
     def get(
         self, cfg: dict[str, Any], legacy: Iterable[str | Path] = ()
     ) -> tuple[Results | None, Path]:
-        """(results or None, the file they are in) of the run ``cfg``."""
+        """(the run's summary or None, its results file) of the run ``cfg``."""
         path = str(cfg["results-path"])
         if path in self._seen:
             return self._seen[path]
-        found = self._read(cfg, [path, *legacy]) if self.reuse else None
+        kept = [self.keep / Path(path).name] if self.keep else []
+        found = self._read(cfg, [path, *legacy, *kept]) if self.reuse else None
         if found is None and self.reuse_only:
             log(f"missing {Path(path).name} (--reuse-only: not run)")
             self.missing.append(path)
             found = (None, Path(path))
         elif found is None:
-            found = (self.train(cfg), Path(path))
+            found = (summarise(self.train(cfg)), Path(path))
             self.trained.append(path)
+        if found[0] is not None and self.keep:
+            self._write_kept(Path(path).name, found[0])
         self._seen[path] = found
         return found
+
+    def _write_kept(self, name: str, summary: Results) -> None:
+        assert self.keep is not None
+        self.keep.mkdir(parents=True, exist_ok=True)
+        settings = {k: v for k, v in summary["settings"].items() if k not in REUSE_IGNORES}
+        text = json.dumps({**summary, "settings": settings}, indent=1, sort_keys=True) + "\n"
+        target = self.keep / name
+        if not target.is_file() or target.read_text() != text:
+            target.write_text(text)
 
     @staticmethod
     def _read(cfg: dict[str, Any], paths: Iterable[str | Path]) -> tuple[Results, Path] | None:
@@ -130,7 +151,7 @@ class Runner:
             res = finished_results(path, cfg, REUSE_IGNORES)
             if res is not None:
                 log(f"reusing {path}")
-                return res, Path(path)
+                return summarise(res), Path(path)
         return None
 
 
@@ -154,7 +175,7 @@ def k_sweep(
         for k in SWEEP_K:
             runs = {seed: get_run(name, k, seed) for seed in seeds}
             done = {s: r for s, r in runs.items() if r is not None}
-            final = {s: tail_mean(curve(r)[1]) for s, r in done.items()}
+            final = {s: r["final_accuracy"] for s, r in done.items()}
             cell = {"final_accuracy": seed_stats(final)}
             extras = {s: extra(r) for s, r in done.items()} if extra else {}
             for key in sorted(

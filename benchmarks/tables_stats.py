@@ -2,7 +2,11 @@
 
 A cell keeps every seed's number and prints the mean +- 2 sigma over the seeds,
 sigma the sample standard deviation (ddof = 1); a single seed prints its value
-alone. Nothing here trains: it reads results dicts (``ripple_flwr.runs.results``).
+alone. Nothing here trains: :func:`summarise` reads a run's results dict
+(``ripple_flwr.runs.results``) once into its *summary*, the few numbers and the
+curve the tables use, and every cell is built from summaries. A summary is a
+few KB, so ``--keep`` commits them and a table can be rebuilt on a machine
+that never held the results files.
 """
 
 from __future__ import annotations
@@ -124,14 +128,30 @@ def bytes_ratio(res: Mapping[str, Any]) -> float:
     return float(np.mean(per_round)) / fedavg
 
 
-def run_metrics(res: Mapping[str, Any], target: float) -> dict[str, Any]:
-    """The Table 1 numbers of one finished run."""
+SUMMARY = "ripple-flwr table run summary"  # the ``kind`` of a summary file
+
+
+def is_summary(res: Mapping[str, Any]) -> bool:
+    """Whether ``res`` is a run's summary (:func:`summarise`) rather than its results dict."""
+    return res.get("kind") == SUMMARY
+
+
+def summarise(res: Mapping[str, Any]) -> dict[str, Any]:
+    """What the tables read of one finished run, with its settings (so ``--reuse`` can match it).
+
+    The accuracy curve and its final accuracy (mean of the last 3 evaluations),
+    bytes per round against FedAvg's, the ARI of its clusters, wall time, models
+    held and, for a run with new clients, the zero-shot numbers.
+    """
+    if is_summary(res):
+        return dict(res)
     rounds, acc = curve(res)
-    hit = [r for r, a in zip(rounds, acc, strict=True) if a >= target]
     hard, every, when = clusters_ari(res)
-    return {
-        "final_accuracy": tail_mean(acc),
-        "first_round_target": hit[0] if hit else None,
+    out: dict[str, Any] = {
+        "kind": SUMMARY,
+        "settings": dict(res["settings"]),
+        "curve": {"rounds": rounds, "accuracy": [_number(a) for a in acc]},
+        "final_accuracy": _number(tail_mean(acc)),
         "bytes_ratio_vs_fedavg": bytes_ratio(res),
         "ari_hard": hard,
         "ari_all": every,
@@ -139,12 +159,41 @@ def run_metrics(res: Mapping[str, Any], target: float) -> dict[str, Any]:
         "wall_seconds": float(res["timings"]["total"]),
         "models": int(res["num_models"]),
     }
+    if "zero_shot" in res:
+        ref = res["zero_shot"].get("best_by_loss")
+        out["zero_shot"] = {
+            "zero_shot_accuracy": res["zero_shot"]["accuracy"]["weighted_mean"],
+            "best_cluster_by_train_loss": ref["accuracy"]["weighted_mean"] if ref else None,
+        }
+    return out
+
+
+def summary_curve(summary: Mapping[str, Any]) -> tuple[list[int], list[float]] | None:
+    """(rounds, accuracy) of a summary, NaN where nobody was scored; ``None`` if it kept none."""
+    c = summary.get("curve")
+    if not c:
+        return None
+    return list(c["rounds"]), [_nan(a) for a in c["accuracy"]]
+
+
+def run_metrics(summary: Mapping[str, Any], target: float) -> dict[str, Any]:
+    """The Table 1 numbers of one finished run (its summary)."""
+    rounds, acc = summary_curve(summary) or ([], [])
+    hit = [r for r, a in zip(rounds, acc, strict=True) if a >= target]
+    return {
+        "final_accuracy": summary["final_accuracy"],
+        "first_round_target": hit[0] if hit else None,
+        **{key: summary.get(key) for key in ("bytes_ratio_vs_fedavg", "ari_hard", "ari_all")},
+        "ari_when": summary.get("ari_when") or "",
+        "wall_seconds": summary.get("wall_seconds"),
+        "models": summary.get("models"),
+    }
 
 
 def table1_cell(runs: Mapping[int, Mapping[str, Any] | None], target: float) -> dict[str, Any]:
     """One Table 1 row over seeds: each metric's per-seed values, mean and sigma.
 
-    ``runs`` maps each seed to its results, ``None`` where the run is missing
+    ``runs`` maps each seed to its run's summary, ``None`` where the run is missing
     (``--reuse-only``): those seeds are listed in ``seeds_missing``.
     """
     done = {seed: run_metrics(res, target) for seed, res in runs.items() if res is not None}
@@ -162,10 +211,13 @@ def table1_cell(runs: Mapping[int, Mapping[str, Any] | None], target: float) -> 
 def seed_curves(runs: Mapping[int, Mapping[str, Any] | None]) -> dict[str, Any] | None:
     """Every seed's accuracy curve, and their mean, min and max per evaluation (None if none ran).
 
+    ``runs`` are summaries (``None`` where missing).
+
     Seeds whose evaluation rounds differ from the first seed's are left out; an
     evaluation nobody was scored at is ``None``.
     """
-    curves = {seed: curve(res) for seed, res in runs.items() if res is not None}
+    curves = {seed: summary_curve(res) for seed, res in runs.items() if res is not None}
+    curves = {seed: c for seed, c in curves.items() if c is not None}
     if not curves:
         return None
     rounds = next(iter(curves.values()))[0]

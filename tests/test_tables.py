@@ -204,6 +204,32 @@ def test_reuse_reads_a_run_under_its_earlier_name(tmp_path, capsys):
     assert "| fedavg | global | - | 68.0 |" in (out / "table1.md").read_text()  # one seed
 
 
+def test_kept_summaries_rebuild_both_tables_without_the_results_files(tmp_path, capsys):
+    out, keep = tmp_path / "t", tmp_path / "kept"
+    one = ["table1", *SMALL, "--methods", "fedavg", "ifca", "--sweep-k", "--keep", str(keep)]
+    two = ["table2", *SMALL, "--methods", "ripple-strat", "ifca", "--sweep-k"]
+    two += ["--seeds", "42", "7", "--keep", str(keep / "two")]
+    first = build([*one, "--out", str(out / "1")], capsys, FakeTrainer())
+    second = build([*two, "--out", str(out / "2")], capsys, FakeTrainer())
+    for f in out.rglob("*.json"):
+        f.unlink()  # another machine: only the committed summaries are there
+    kept = sorted(keep.rglob("*.json"))
+    # Table 1: 2 rows x 3 seeds + 5 K; Table 2: 2 rows x 2 x 2 alphas x 2 seeds + 5 K x 2
+    assert len(kept) == (2 * 3 + 5) + (2 * 2 * 2 * 2 + 5 * 2)
+    assert all(f.stat().st_size < 8000 for f in kept)
+    assert not any("results-path" in json.loads(f.read_text())["settings"] for f in kept)
+    again = build([*one, "--out", str(out / "1"), "--reuse-only"], capsys, never_train)
+    assert again["missing"] == [] and again["rows"] == first["rows"]
+    assert again["curves"] == first["curves"] and again["sweep"] == first["sweep"]
+    again = build([*two, "--out", str(out / "2"), "--reuse-only"], capsys, never_train)
+    assert again["missing"] == [] and again["cells"] == second["cells"]
+    # A kept summary of other settings is not taken for this run.
+    line = build(
+        [*one, "--out", str(out / "1"), "--reuse-only", "--alpha", "0.5"], capsys, never_train
+    )
+    assert len(line["missing"]) == 3 + 5  # FedAvg's seeds and the sweep (IFCA has no K)
+
+
 def test_rotated_preset_labels_by_domain_with_four_components(tmp_path, capsys):
     import tables
 
