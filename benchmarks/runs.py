@@ -15,7 +15,8 @@ from ripple_flwr.app.server import run_server
 from ripple_flwr.runs.results import finished_results
 from ripple_flwr.testing.inprocess import InProcessGrid
 
-REUSE_IGNORES = ("results-path", "checkpoint", "resume")  # paths need not match on --reuse
+# Paths, and when the final state is saved: neither changes the numbers, so --reuse ignores them.
+REUSE_IGNORES = ("results-path", "checkpoint", "resume", "checkpoint-every")
 
 
 def run_or_reuse(

@@ -60,8 +60,11 @@ def onboard_runs(
             "best-by-loss": TABLE2[row]["method"] == "ripple",
             "results-path": str(out / name),
         }
-        if trained is None:
-            cfg["checkpoint-every"] = rounds  # the final state, for the other alpha_test
+        if trained is None or not trained.is_file():
+            # Saves the final state, for the other alpha_test. A later alpha_test trains
+            # afresh (the same seeded training) when the first one's state is not here:
+            # it was read from a kept summary, on a machine that never ran it.
+            cfg["checkpoint-every"] = rounds
         else:
             cfg["resume"] = str(trained)
         res, path = runner.get(cfg, legacy=[out / n for n in legacy])

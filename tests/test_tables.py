@@ -74,6 +74,8 @@ class FakeTrainer:
             best = {"accuracy": {"weighted_mean": zs - 0.05}} if cfg.get("best-by-loss") else None
             res["zero_shot"] = {"accuracy": {"weighted_mean": zs}, "best_by_loss": best}
         Path(cfg["results-path"]).write_text(json.dumps(res))
+        if cfg.get("checkpoint-every"):  # the final state the server saves, for a resume
+            Path(cfg["results-path"]).with_suffix(".resume.npz").write_bytes(b"state")
         return res
 
 
@@ -228,6 +230,23 @@ def test_kept_summaries_rebuild_both_tables_without_the_results_files(tmp_path, 
         [*one, "--out", str(out / "1"), "--reuse-only", "--alpha", "0.5"], capsys, never_train
     )
     assert len(line["missing"]) == 3 + 5  # FedAvg's seeds and the sweep (IFCA has no K)
+
+
+def test_table2_trains_afresh_when_the_first_alpha_tests_state_is_only_a_kept_summary(
+    tmp_path, capsys
+):
+    out, keep = tmp_path / "t2", tmp_path / "kept"
+    argv = ["table2", *SMALL, "--methods", "fedavg", "--seeds", "42", "--alphas-train", "0.1"]
+    argv += ["--out", str(out), "--keep", str(keep)]
+    first = build(argv, capsys, FakeTrainer())
+    for f in out.iterdir():
+        f.unlink()  # another machine: the results files and the saved state are not there
+    (keep / "fedavg-k10-r40-a0.1-t100-seed42.json").unlink()
+    trainer = FakeTrainer()
+    again = build([*argv, "--reuse"], capsys, trainer)
+    (cfg,) = trainer.configs
+    assert cfg["alpha-new"] == 100 and "resume" not in cfg and cfg["checkpoint-every"] == 40
+    assert again["cells"] == first["cells"]
 
 
 def test_rotated_preset_labels_by_domain_with_four_components(tmp_path, capsys):
