@@ -159,7 +159,7 @@ def summarise(res: Mapping[str, Any]) -> dict[str, Any]:
         "wall_seconds": float(res["timings"]["total"]),
         "models": int(res["num_models"]),
     }
-    if "zero_shot" in res:
+    if (res.get("zero_shot") or {}).get("accuracy"):  # new clients were onboarded (Table 2)
         ref = res["zero_shot"].get("best_by_loss")
         out["zero_shot"] = {
             "zero_shot_accuracy": res["zero_shot"]["accuracy"]["weighted_mean"],

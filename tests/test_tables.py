@@ -64,6 +64,7 @@ class FakeTrainer:
             "num_models": k if spec.models == "clusters" else 1,
             "federation": {"true_mixtures": truth.tolist()},
             "clients": {"partition_ids": list(range(n))},
+            "zero_shot": {},  # as the server writes it when no new clients were onboarded
         }
         if spec.routing_weights:
             res["routing"] = {"weights": truth.tolist()}
