@@ -100,12 +100,16 @@ def _nan(v: Any) -> float:
 def clusters_ari(res: Mapping[str, Any]) -> tuple[float | None, float | None, str]:
     """(ARI over near-one-hot clients, ARI over all clients, when) against the dominant label.
 
-    The truth is the results file's ``federation.true_mixtures``: the clients'
-    class mixtures, or their domain mixtures with ``label-kind = "domain"``
-    (the rotation of ``rotated-*``), folded to the run's K. Ripple's clusters
-    are argmax w before round 1, a clustered baseline's its assignment at the end.
+    The truth is the results file's ``federation.true_label_mixtures``: the
+    clients' class mixtures, or their domain mixtures with ``label-kind =
+    "domain"`` (the rotation of ``rotated-*``), unfolded, so a run at K = 2
+    is scored against the dominant class and not class mod 2 (results files
+    from before it was recorded: ``true_mixtures``, folded to the run's K).
+    Ripple's clusters are argmax w before round 1, a clustered baseline's its
+    assignment at the end.
     """
-    truth = np.asarray(res["federation"]["true_mixtures"], dtype=float)
+    fed = res["federation"]
+    truth = np.asarray(fed.get("true_label_mixtures") or fed["true_mixtures"], dtype=float)
     if "assignment" in res:
         rec = res["assignment"]
         labels, pids = np.asarray(rec["labels"]), np.asarray(rec["partition_ids"])

@@ -62,6 +62,7 @@ def test_silos_with_their_own_folders_run_ripple_and_route_by_mixture(silos, cac
     assert clients["data_sources"] == ["local"] * 3
     assert r["federation"]["source"] == "local"
     assert r["federation"]["true_mixtures"] is None  # the server cannot see a silo's labels
+    assert r["federation"]["true_label_mixtures"] is None
     assert r["federation"]["image_shape"] == [1, 28, 28]
     assert r["federation"]["num_classes"] == len(CLASSES)
     truth = np.stack([mixture(SILO_COUNTS[n]) for n in TRAIN_SILOS])

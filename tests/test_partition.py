@@ -299,6 +299,22 @@ def test_build_federation_disjoint_and_consistent() -> None:
         fed.client_data(11)
 
 
+def test_label_mixtures_keep_every_class_and_fold_to_the_mixtures() -> None:
+    dataset = toy_dataset()  # 10 classes, folded to K = 4 components
+    fed = build(dataset)
+    labels = fed.label_mixtures()
+    assert labels.shape == (11, 10)
+    for pid in range(fed.num_partitions):
+        np.testing.assert_allclose(
+            labels[pid], mixture_of(dataset.labels[fed.client_indices(pid)], 10)
+        )
+    folded = np.stack([labels[:, c::4].sum(axis=1) for c in range(4)], axis=1)
+    np.testing.assert_allclose(folded, fed.mixtures)
+    domains = build(toy_dataset(with_domains=True), label_kind="domain", new_partitions=0)
+    assert domains.label_mixtures().shape == (8, 4)
+    np.testing.assert_allclose(domains.label_mixtures(), domains.mixtures)
+
+
 def test_build_federation_deterministic() -> None:
     dataset = toy_dataset()
     a, b = build(dataset), build(dataset)

@@ -287,6 +287,25 @@ def test_clusters_ari_of_a_domain_run_is_against_the_clients_rotation():
     assert clusters_ari(res)[1:] == (pytest.approx(1.0), "before round 1")
 
 
+def test_clusters_ari_at_k_below_the_classes_is_against_the_dominant_class_not_class_mod_k():
+    from tables_stats import clusters_ari
+
+    # Six clients of class 0 or 2, clustered at K = 2 exactly by their class.
+    classes = np.array([0, 2, 0, 2, 2, 0])
+    label_mixtures = np.eye(10)[classes]
+    folded = np.stack([label_mixtures[:, c::2].sum(axis=1) for c in range(2)], axis=1)
+    fed = {"true_mixtures": folded.tolist(), "true_label_mixtures": label_mixtures.tolist()}
+    res = {"federation": fed}
+    res["assignment"] = {
+        "labels": (classes == 2).astype(int).tolist(),
+        "partition_ids": list(range(6)),
+    }
+    assert clusters_ari(res)[:2] == (pytest.approx(1.0), pytest.approx(1.0))
+    # Folded, both classes are component 0: the same clustering would score 0.
+    del fed["true_label_mixtures"]
+    assert clusters_ari(res)[:2] == (pytest.approx(0.0), pytest.approx(0.0))
+
+
 # -- figures ----------------------------------------------------------------------------------
 def _curve(level: float, seeds: int = 3) -> dict:
     per = {str(s): [level + s / 100, level + 0.1 + s / 100] for s in range(seeds)}

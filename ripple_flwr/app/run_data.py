@@ -69,6 +69,11 @@ class RunData:
         """pi* of every client (benchmark partitions only: the server cannot see a silo's)."""
         return None if self.federation is None else self.federation.mixtures
 
+    @property
+    def true_label_mixtures(self) -> np.ndarray | None:
+        """Each client's unfolded class (or domain) proportions; benchmark partitions only."""
+        return None if self.federation is None else self.federation.label_mixtures()
+
     def aux_data(self) -> tuple[np.ndarray, np.ndarray]:
         """D_aux: float images and cluster labels folded to K (the server's files first)."""
         if self.aux is not None:
@@ -112,6 +117,7 @@ class RunData:
             "classes_hash": self.classes_hash,
             "aux_data": None if self.aux is None else self.aux.name,
             "true_mixtures": self.true_mixtures,
+            "true_label_mixtures": self.true_label_mixtures,
         }
 
 

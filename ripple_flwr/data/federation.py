@@ -58,6 +58,17 @@ class Federation:
     def num_components(self) -> int:
         return int(self.mixtures.shape[1])
 
+    def label_mixtures(self) -> np.ndarray:
+        """Every client's proportions of each class (or domain), unfolded: ``(N, labels)``.
+
+        ``mixtures`` folds class c into component c mod K; this keeps all the
+        labels, so a clustering at any K can be scored against each client's
+        dominant label itself.
+        """
+        cluster, count = self.dataset.cluster_labels(self.settings["label_kind"])
+        rows = [self.client_indices(pid) for pid in range(self.num_partitions)]
+        return true_mixtures(rows, cluster, count)
+
     def _check_pid(self, pid: int) -> int:
         if not 0 <= pid < self.num_partitions:
             raise IndexError(f"partition id {pid} out of range [0, {self.num_partitions})")
