@@ -121,7 +121,8 @@ def bars_figure(
     """Grouped bars: one group per alpha_train/alpha_test column, one bar per method.
 
     Heights are the mean zero-shot accuracy over seeds, error bars +- 2 sigma
-    (sample std, ddof = 1) where there are two seeds or more; a missing cell has no bar.
+    (sample std, ddof = 1) where there are two seeds or more; a missing cell has no bar,
+    and a method with no finished cell is left out of the legend (its slot stays).
     """
     names = list(cells)
     width = 0.8 / max(len(names), 1)
@@ -132,6 +133,8 @@ def bars_figure(
         mean = [s.get("mean") for s in stats]
         err = [2 * s["sigma"] if s.get("sigma") is not None else 0.0 for s in stats]
         shown = [j for j, m in enumerate(mean) if m is not None]
+        if not shown:  # no finished run: no bar, and no legend entry in a colour it never drew
+            continue
         ax.bar(
             x[shown] + (i - (len(names) - 1) / 2) * width,
             [100 * mean[j] for j in shown],

@@ -362,6 +362,7 @@ def test_table2_bars_group_by_column_with_two_sigma_error_bars():
     cells = {
         "ripple-strat": {c: {"zero_shot_accuracy": seed_stats({1: 0.5, 2: 0.6})} for c in cols},
         "fedavg": {"0.01/1": {"zero_shot_accuracy": seed_stats({1: 0.4})}, "0.1/1": None},
+        "cfl": dict.fromkeys(cols),  # nothing finished: no bars and no legend entry
     }
     stamp = {"node": "n", "processor": "p", "cpus": 1, "commit": "unknown"}
     ax = bars_figure(cells, cols, "T2", stamp).axes[0]
@@ -371,6 +372,10 @@ def test_table2_bars_group_by_column_with_two_sigma_error_bars():
     low, high = ripple.errorbar.lines[2][0].get_segments()[0]
     two_sigma = 2 * 100 * np.std([0.5, 0.6], ddof=1)
     assert high[1] - low[1] == pytest.approx(2 * two_sigma)  # from mean - 2 sigma to mean + 2 sigma
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["ripple-strat", "fedavg"]
+    colours = [h.get_facecolor() for h in legend.legend_handles]
+    assert colours[0] != colours[1]
 
 
 def test_the_machine_stamp_names_the_commit_or_unknown(tmp_path):
