@@ -24,15 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tables import parse  # noqa: E402
 from tables_one import table1_config  # noqa: E402
-from tables_runs import REUSE_IGNORES, run_name  # noqa: E402
+from tables_runs import run_name, summary_text  # noqa: E402
 from tables_stats import SUMMARY  # noqa: E402
 
 __all__ = ["recovered_summaries", "main"]
 
 
 def _summary(cfg: dict[str, Any], source: str, **numbers: Any) -> dict[str, Any]:
-    settings = {k: v for k, v in cfg.items() if k not in REUSE_IGNORES}
-    return {"kind": SUMMARY, "settings": settings, "recovered_from": source, **numbers}
+    return {"kind": SUMMARY, "settings": dict(cfg), "recovered_from": source, **numbers}
 
 
 def recovered_summaries(
@@ -96,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         target = keep / name
         if target.exists():
             continue  # a summary of the run itself wins over one rebuilt from a table
-        target.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+        target.write_text(summary_text(summary))
         written += 1
     print(f"{written} summaries written to {keep} from {source}", file=sys.stderr)
     return 0

@@ -90,6 +90,12 @@ def base_config(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     }
 
 
+def summary_text(summary: Results) -> str:
+    """A kept summary file's text: its settings without paths (``REUSE_IGNORES``), sorted."""
+    settings = {k: v for k, v in summary["settings"].items() if k not in REUSE_IGNORES}
+    return json.dumps({**summary, "settings": settings}, indent=1, sort_keys=True) + "\n"
+
+
 class Runner:
     """Each run trained or read once per invocation; with ``reuse_only`` nothing trains.
 
@@ -139,8 +145,7 @@ class Runner:
     def _write_kept(self, name: str, summary: Results) -> None:
         assert self.keep is not None
         self.keep.mkdir(parents=True, exist_ok=True)
-        settings = {k: v for k, v in summary["settings"].items() if k not in REUSE_IGNORES}
-        text = json.dumps({**summary, "settings": settings}, indent=1, sort_keys=True) + "\n"
+        text = summary_text(summary)
         target = self.keep / name
         if not target.is_file() or target.read_text() != text:
             target.write_text(text)
