@@ -100,6 +100,20 @@ def _first(stats: dict, done: int) -> str:
     return text if stats["n"] == done else f"{text} ({stats['n']}/{done} seeds; others never)"
 
 
+def _ari_p_text(row: dict) -> str:
+    """'; p <= hard / all': the largest permutation p-value over the seeds that kept one."""
+    hard, every = row["ari_p_hard"], row["ari_p_all"]
+    if not every["n"]:
+        return ""
+    worst = [
+        max(v for v in s["per_seed"].values() if v is not None) if s["n"] else None
+        for s in (hard, every)
+    ]
+    text = "; p <= " + " / ".join("-" if w is None else f"{w:.3f}" for w in worst)
+    done = len(row["seeds_done"])
+    return text if every["n"] == done else f"{text}, {every['n']}/{done} seeds"
+
+
 def _row_line(name: str, row: dict, n_seeds: int) -> str:
     k = "-" if spec_of(TABLE1, name).models != "clusters" else str(row["k"])
     if row["k_from_sweep"]:
@@ -111,7 +125,7 @@ def _row_line(name: str, row: dict, n_seeds: int) -> str:
     ari = ""
     if row["ari_when"]:
         ari = f"{fmt_stat(row['ari_hard'], '.3f')} / {fmt_stat(row['ari_all'], '.3f')}"
-        ari += f" ({row['ari_when']})"
+        ari += f" ({row['ari_when']}{_ari_p_text(row)})"
     models = "/".join(str(m) for m in sorted(set(row["models"].values())))
     seeds = f"{done}/{n_seeds}"
     if row["seeds_missing"]:
@@ -133,7 +147,11 @@ def table1_markdown(
         f"Table 1: {args.dataset}, {args.clients} clients x {args.partition_size} images, "
         f"Dir({args.alpha}) over the {args.label_kind} labels, {args.rounds} rounds, "
         f"seeds {seeds}. "
-        f"Cells: {INTERVAL}.",
+        f"Cells: {INTERVAL}. ARI: adjusted Rand index of the clusters against each client's "
+        f"dominant {args.label_kind}, over the hard clients (largest share >= 0.9) / all; "
+        "p: the largest over the seeds of its permutation p-value (999 seeded shuffles of the "
+        "clusters, sizes kept; below 0.01: above chance at every seed), for runs whose summary "
+        "kept the clusters.",
         "",
         f"| method | family | K | final acc. (%) | first round >= {args.target:.0%} "
         f"| bytes/round vs FedAvg | wall (s) | models | ARI vs {args.label_kind}, hard / all "

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ripple_flwr.runs.results import hard_ari, tail_mean
+from ripple_flwr.runs.results import ari_permutation_test, hard_ari, tail_mean
 
 INTERVAL = (
     "mean ± 2 sigma over seeds, sigma the sample standard deviation (ddof = 1); "
@@ -31,6 +31,8 @@ TABLE1_METRICS = (
     "bytes_ratio_vs_fedavg",
     "ari_hard",
     "ari_all",
+    "ari_p_hard",
+    "ari_p_all",
     "wall_seconds",
 )
 
@@ -97,8 +99,8 @@ def _nan(v: Any) -> float:
     return math.nan if n is None else n
 
 
-def clusters_ari(res: Mapping[str, Any]) -> tuple[float | None, float | None, str]:
-    """(ARI over near-one-hot clients, ARI over all clients, when) against the dominant label.
+def cluster_labels(res: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """(true mixtures, cluster labels, when) of the run's clients; ``None`` for a run without.
 
     The truth is the results file's ``federation.true_label_mixtures``: the
     clients' class mixtures, or their domain mixtures with ``label-kind =
@@ -113,16 +115,48 @@ def clusters_ari(res: Mapping[str, Any]) -> tuple[float | None, float | None, st
     if "assignment" in res:
         rec = res["assignment"]
         labels, pids = np.asarray(rec["labels"]), np.asarray(rec["partition_ids"])
-        when = "end"
-    elif (res.get("routing") or {}).get("weights") is not None:
+        return truth[pids], labels, "end"
+    if (res.get("routing") or {}).get("weights") is not None:
         w = np.asarray(res["routing"]["weights"], dtype=float)
-        labels, pids = w.argmax(axis=1), np.asarray(res["clients"]["partition_ids"])
-        when = "before round 1"
-    else:
+        return (
+            truth[np.asarray(res["clients"]["partition_ids"])],
+            w.argmax(axis=1),
+            "before round 1",
+        )
+    return None
+
+
+def clusters_ari(res: Mapping[str, Any]) -> tuple[float | None, float | None, str]:
+    """(ARI over near-one-hot clients, ARI over all clients, when) against the dominant label."""
+    found = cluster_labels(res)
+    if found is None:
         return None, None, ""
-    hard, _ = hard_ari(truth[pids], labels)
-    every, _ = hard_ari(truth[pids], labels, hard=0.0)
+    truth, labels, when = found
+    hard, _ = hard_ari(truth, labels)
+    every, _ = hard_ari(truth, labels, hard=0.0)
     return hard, every, when
+
+
+def ari_tests(res: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The clusters, and permutation tests of their ARI against chance (hard clients, all).
+
+    Kept in the summary so the test can be redone from it: each client's
+    cluster, dominant true label and whether it is hard (largest true share
+    >= 0.9, as ``hard_ari``). The shuffles are seeded by the run's seed.
+    """
+    found = cluster_labels(res)
+    if found is None:
+        return None
+    truth, labels, _ = found
+    dominant, hard = truth.argmax(axis=1), truth.max(axis=1) >= 0.9
+    seed = int(res["settings"].get("seed", 0))
+    return {
+        "labels": [int(v) for v in labels],
+        "dominant": [int(v) for v in dominant],
+        "hard": [int(v) for v in hard],
+        "hard_test": ari_permutation_test(dominant[hard], labels[hard], seed=seed),
+        "all_test": ari_permutation_test(dominant, labels, seed=seed),
+    }
 
 
 def bytes_ratio(res: Mapping[str, Any]) -> float:
@@ -160,6 +194,7 @@ def summarise(res: Mapping[str, Any]) -> dict[str, Any]:
         "ari_hard": hard,
         "ari_all": every,
         "ari_when": when,
+        "clusters": ari_tests(res),
         "wall_seconds": float(res["timings"]["total"]),
         "models": int(res["num_models"]),
     }
@@ -180,6 +215,12 @@ def summary_curve(summary: Mapping[str, Any]) -> tuple[list[int], list[float]] |
     return list(c["rounds"]), [_nan(a) for a in c["accuracy"]]
 
 
+def ari_p(summary: Mapping[str, Any], part: str) -> float | None:
+    """The permutation p-value of a summary's ARI over ``part`` (hard / all); None if not kept."""
+    test = (summary.get("clusters") or {}).get(f"{part}_test")
+    return None if test is None else test["p_value"]
+
+
 def run_metrics(summary: Mapping[str, Any], target: float) -> dict[str, Any]:
     """The Table 1 numbers of one finished run (its summary)."""
     rounds, acc = summary_curve(summary) or ([], [])
@@ -189,6 +230,7 @@ def run_metrics(summary: Mapping[str, Any], target: float) -> dict[str, Any]:
         "first_round_target": hit[0] if hit else None,
         **{key: summary.get(key) for key in ("bytes_ratio_vs_fedavg", "ari_hard", "ari_all")},
         "ari_when": summary.get("ari_when") or "",
+        **{f"ari_p_{part}": ari_p(summary, part) for part in ("hard", "all")},
         "wall_seconds": summary.get("wall_seconds"),
         "models": summary.get("models"),
     }

@@ -11,6 +11,7 @@ from flwr.app import Array, ArrayRecord
 
 from ripple_flwr.app.server import run_server
 from ripple_flwr.runs.results import (
+    ari_permutation_test,
     arrayrecord_nbytes,
     client_stats,
     routing_metrics,
@@ -41,6 +42,32 @@ def test_routing_metrics_and_client_stats():
     nan = float("nan")
     assert tail_mean([0.5, 0.6, None, nan, nan]) != tail_mean([0.5, 0.6, None, nan, nan])
     assert tail_mean([0.5, 0.6, 0.7, nan, 0.9]) == pytest.approx(0.8)
+
+
+def test_ari_permutation_test_is_sklearns_ari_and_calibrated_under_chance():
+    from sklearn.metrics import adjusted_rand_score
+
+    rng = np.random.default_rng(0)
+    truth = np.repeat(np.arange(5), 12)  # 60 clients of 5 dominant classes
+    # Clusters that mostly follow the classes (renamed): p at its floor, above the null.
+    follow = np.where(rng.random(60) < 0.8, truth, rng.integers(0, 5, 60)) + 3
+    test = ari_permutation_test(truth, follow, permutations=199, seed=1)
+    assert test["ari"] == pytest.approx(adjusted_rand_score(truth, follow))
+    assert test["p_value"] == pytest.approx(1 / 200) and test["ari"] > test["null_q99"]
+    assert test == ari_permutation_test(truth, follow, permutations=199, seed=1)  # seeded
+    # Clusters drawn without looking at the classes: p about uniform.
+    chance = [
+        ari_permutation_test(truth, rng.integers(0, 4, 60), permutations=199, seed=s)["p_value"]
+        for s in range(200)
+    ]
+    assert 0.01 <= np.mean(np.array(chance) < 0.05) <= 0.10
+    assert 0.35 <= np.median(chance) <= 0.65
+    # A half-real signal (half the clients follow their class, ARI about 0.2) is found.
+    half = np.where(rng.random(60) < 0.5, truth, rng.integers(0, 5, 60))
+    assert ari_permutation_test(truth, half, seed=2)["p_value"] < 0.01
+    # No test where the ARI is undefined: everyone apart in both labelings, or one client.
+    assert ari_permutation_test(np.arange(5), np.arange(5)) is None
+    assert ari_permutation_test(np.array([1]), np.array([0])) is None
 
 
 def test_write_results_is_strict_json_with_a_plot(tmp_path):

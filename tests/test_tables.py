@@ -155,6 +155,10 @@ def test_table1_keeps_every_seed_and_runs_the_swept_methods_at_their_best_k(tmp_
     md = (out / "table1.md").read_text()
     assert "| fedavg | global | - | 70.0 ± 4.0 |" in md
     assert f"| ifca | clustered | {PEAK_K} (best of sweep) |" in md
+    # The fake clustered methods put every client in one cluster: at chance, and the table says so.
+    assert line["rows"]["ifca"]["ari_p_all"]["per_seed"] == {"42": 1.0, "7": 1.0, "123": 1.0}
+    ifca_line = next(row for row in md.splitlines() if row.startswith("| ifca |"))
+    assert "(end; p <= 1.000 / 1.000)" in ifca_line
     assert "K sweep (seeds 42, 30 rounds" in md and "sample standard deviation (ddof = 1)" in md
     assert md.index("| oracle |") < md.index("| ripple-strat-gmm-vae |") < md.index("| fedavg |")
     assert line["plot"] == str(out / "table1.png") and Path(line["plot"]).stat().st_size > 10_000

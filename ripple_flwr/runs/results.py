@@ -81,6 +81,53 @@ def hard_ari(truth: np.ndarray, labels: np.ndarray, hard: float = 0.9) -> tuple[
     return float(adjusted_rand_score(pi[mask].argmax(1), labels[mask])), int(mask.sum())
 
 
+def _pairs(counts: np.ndarray) -> np.ndarray:
+    """Sum over the last axis of C(count, 2): the pairs inside each cell."""
+    c = counts.astype(np.float64)
+    return (c * (c - 1) / 2).sum(axis=-1)
+
+
+def ari_permutation_test(
+    truth: np.ndarray, labels: np.ndarray, permutations: int = 999, seed: int = 0
+) -> dict[str, Any] | None:
+    """How far the ARI of ``labels`` against ``truth`` (two labelings) stands above chance.
+
+    The null keeps both labelings' group sizes and pairs them at random:
+    ``permutations`` seeded shuffles of ``labels``. The ARI is a monotone
+    function of the pairs inside the contingency cells once the margins are
+    fixed, so each shuffle is scored by that count, all in one ``bincount``.
+    Returns the observed ARI, the permutation p-value (1 + shuffles at least
+    as high) / (1 + permutations) and the null's 99th percentile; ``None``
+    when the ARI is undefined (fewer than two clients, or one labeling puts
+    everyone in one group or everyone apart).
+    """
+    t = np.unique(np.asarray(truth), return_inverse=True)[1].ravel()
+    lab = np.unique(np.asarray(labels), return_inverse=True)[1].ravel()
+    n, nt, nl = t.size, int(t.max(initial=-1)) + 1, int(lab.max(initial=-1)) + 1
+    if n < 2 or lab.size != n:
+        return None
+    pa = float(_pairs(np.bincount(t, minlength=nt)))
+    pb = float(_pairs(np.bincount(lab, minlength=nl)))
+    expected = pa * pb / (n * (n - 1) / 2)
+    spread = (pa + pb) / 2 - expected
+    if spread <= 0:
+        return None
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xA41]))
+    shuffled = rng.permuted(np.broadcast_to(lab, (permutations, n)), axis=1)
+    rows = np.arange(permutations)[:, None] * (nt * nl)
+    cells = np.bincount((rows + t * nl + shuffled).ravel(), minlength=permutations * nt * nl)
+    null = (_pairs(cells.reshape(permutations, nt * nl)) - expected) / spread
+    observed = (float(_pairs(np.bincount(t * nl + lab, minlength=nt * nl))) - expected) / spread
+    exceed = int(np.count_nonzero(null >= observed - 1e-12))
+    return {
+        "ari": observed,
+        "p_value": (1 + exceed) / (1 + permutations),
+        "null_q99": float(np.quantile(null, 0.99)),
+        "permutations": permutations,
+        "clients": n,
+    }
+
+
 def routing_metrics(weights: np.ndarray, truth: np.ndarray, hard: float = 0.9) -> dict[str, Any]:
     """Routing error mean_k ||w_k - pi*_k||_1 and, for near-one-hot clients, the ARI.
 
