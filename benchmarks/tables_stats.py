@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ripple_flwr.runs.results import ari_permutation_test, hard_ari, tail_mean
+from ripple_flwr.runs.results import HARD_SHARE, ari_permutation_test, hard_ari, tail_mean
 
 INTERVAL = (
     "mean ± 2 sigma over seeds, sigma the sample standard deviation (ddof = 1); "
@@ -99,7 +99,10 @@ def _nan(v: Any) -> float:
     return math.nan if n is None else n
 
 
-def cluster_labels(res: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, str] | None:
+Clusters = tuple[np.ndarray, np.ndarray, str]  # (true mixtures, cluster labels, when)
+
+
+def cluster_labels(res: Mapping[str, Any]) -> Clusters | None:
     """(true mixtures, cluster labels, when) of the run's clients; ``None`` for a run without.
 
     The truth is the results file's ``federation.true_label_mixtures``: the
@@ -126,9 +129,7 @@ def cluster_labels(res: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, str]
     return None
 
 
-def clusters_ari(res: Mapping[str, Any]) -> tuple[float | None, float | None, str]:
-    """(ARI over near-one-hot clients, ARI over all clients, when) against the dominant label."""
-    found = cluster_labels(res)
+def _aris(found: Clusters | None) -> tuple[float | None, float | None, str]:
     if found is None:
         return None, None, ""
     truth, labels, when = found
@@ -137,19 +138,23 @@ def clusters_ari(res: Mapping[str, Any]) -> tuple[float | None, float | None, st
     return hard, every, when
 
 
-def ari_tests(res: Mapping[str, Any]) -> dict[str, Any] | None:
+def clusters_ari(res: Mapping[str, Any]) -> tuple[float | None, float | None, str]:
+    """(ARI over near-one-hot clients, ARI over all clients, when) against the dominant label."""
+    return _aris(cluster_labels(res))
+
+
+def ari_tests(found: Clusters | None, seed: int) -> dict[str, Any] | None:
     """The clusters, and permutation tests of their ARI against chance (hard clients, all).
 
-    Kept in the summary so the test can be redone from it: each client's
-    cluster, dominant true label and whether it is hard (largest true share
-    >= 0.9, as ``hard_ari``). The shuffles are seeded by the run's seed.
+    ``found`` is :func:`cluster_labels`'s answer. Kept in the summary so the
+    test can be redone from it: each client's cluster, dominant true label and
+    whether it is hard (largest true share >= ``HARD_SHARE``, as ``hard_ari``).
+    The shuffles are seeded by the run's ``seed``.
     """
-    found = cluster_labels(res)
     if found is None:
         return None
     truth, labels, _ = found
-    dominant, hard = truth.argmax(axis=1), truth.max(axis=1) >= 0.9
-    seed = int(res["settings"].get("seed", 0))
+    dominant, hard = truth.argmax(axis=1), truth.max(axis=1) >= HARD_SHARE
     return {
         "labels": [int(v) for v in labels],
         "dominant": [int(v) for v in dominant],
@@ -184,7 +189,8 @@ def summarise(res: Mapping[str, Any]) -> dict[str, Any]:
     if is_summary(res):
         return dict(res)
     rounds, acc = curve(res)
-    hard, every, when = clusters_ari(res)
+    found = cluster_labels(res)  # once: the ARIs and their tests read the same clusters
+    hard, every, when = _aris(found)
     out: dict[str, Any] = {
         "kind": SUMMARY,
         "settings": dict(res["settings"]),
@@ -194,7 +200,7 @@ def summarise(res: Mapping[str, Any]) -> dict[str, Any]:
         "ari_hard": hard,
         "ari_all": every,
         "ari_when": when,
-        "clusters": ari_tests(res),
+        "clusters": ari_tests(found, int(res["settings"].get("seed", 0))),
         "wall_seconds": float(res["timings"]["total"]),
         "models": int(res["num_models"]),
     }

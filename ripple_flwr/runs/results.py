@@ -65,7 +65,12 @@ def client_stats(accuracy: Iterable[float], num_examples: Iterable[int]) -> dict
     }
 
 
-def hard_ari(truth: np.ndarray, labels: np.ndarray, hard: float = 0.9) -> tuple[float | None, int]:
+HARD_SHARE = 0.9  # a client is 'hard' (near one-hot) when its largest true share is at least this
+
+
+def hard_ari(
+    truth: np.ndarray, labels: np.ndarray, hard: float = HARD_SHARE
+) -> tuple[float | None, int]:
     """ARI of cluster ``labels`` against argmax pi*, over the clients with max pi* >= ``hard``.
 
     Returns ``(ari, number of such clients)``; the ARI is ``None`` when fewer
@@ -98,8 +103,8 @@ def ari_permutation_test(
     fixed, so each shuffle is scored by that count, all in one ``bincount``.
     Returns the observed ARI, the permutation p-value (1 + shuffles at least
     as high) / (1 + permutations) and the null's 99th percentile; ``None``
-    when the ARI is undefined (fewer than two clients, or one labeling puts
-    everyone in one group or everyone apart).
+    when the ARI is undefined (fewer than two clients, or both labelings put
+    everyone in one group, or both put everyone apart).
     """
     t = np.unique(np.asarray(truth), return_inverse=True)[1].ravel()
     lab = np.unique(np.asarray(labels), return_inverse=True)[1].ravel()
@@ -128,7 +133,9 @@ def ari_permutation_test(
     }
 
 
-def routing_metrics(weights: np.ndarray, truth: np.ndarray, hard: float = 0.9) -> dict[str, Any]:
+def routing_metrics(
+    weights: np.ndarray, truth: np.ndarray, hard: float = HARD_SHARE
+) -> dict[str, Any]:
     """Routing error mean_k ||w_k - pi*_k||_1 and, for near-one-hot clients, the ARI.
 
     The adjusted Rand index of argmax w vs argmax pi* is computed over the
