@@ -306,6 +306,38 @@ def test_fesem_kmeans_iters_zero_runs_the_reassignment_to_convergence():
     np.testing.assert_allclose(one.centroids[:, 0], [0.0, 22 / 3])
 
 
+def test_fesem_per_cluster_sampling_draws_inside_each_cluster_and_skips_singletons():
+    """The authors train up to clients-per-round members of every cluster of 2+ clients."""
+    strategy, _, _ = run_method(
+        "fesem", rounds=0, **{"fesem-sampling": "per-cluster", "clients-per-round": 1}
+    )
+    strategy.assignment = np.array([0, 0, 1, 1])
+    for r in range(1, 21):
+        rows = strategy.sample_rows(r)
+        assert len(rows) == 2 and rows[0] in (0, 1) and rows[1] in (2, 3)
+    strategy.assignment = np.array([1, 1, 1, 0])  # client 3 alone: its cluster is skipped
+    drawn = {int(r) for n in range(40) for r in strategy.sample_rows(n)}
+    assert drawn == {0, 1, 2}
+    three, _, _ = run_method(
+        "fesem", rounds=0, **{"fesem-sampling": "per-cluster", "clients-per-round": 3}
+    )
+    three.assignment = np.array([0, 0, 1, 1])  # min(cpr, members): both of each, 4 > cpr
+    assert three.sample_rows(1).tolist() == [0, 1, 2, 3]
+    # The default draws clients-per-round from the whole federation, whatever the clusters.
+    plain, _, _ = run_method("fesem", rounds=0, **{"clients-per-round": 1})
+    plain.assignment = np.array([0, 0, 1, 1])
+    assert all(len(plain.sample_rows(r)) == 1 for r in range(1, 11))
+
+
+def test_fesem_per_cluster_rounds_train_every_clusters_draw():
+    strategy, _, _ = run_method(
+        "fesem", rounds=2, **{"fesem-sampling": "per-cluster", "clients-per-round": 1}
+    )
+    sizes = np.bincount(strategy.assignment, minlength=2)
+    expect = sum(1 for s in sizes if s >= 2) or 1
+    assert [len(r.sampled) for r in strategy.ledger.rounds] == [expect, expect]
+
+
 class Towards(Clients):
     """Training moves w0 half-way to what the client's data wants (+40 or -40)."""
 
