@@ -1,4 +1,4 @@
-"""Before/after curves of the baselines issue 22 changed (FeSEM, CFL, Per-FedAvg, IFCA).
+"""Before/after curves of the baselines issue 22 changed.
 
 Reads committed table JSON lines only (trains nothing): the "before" curve of
 each method is its seed-0 row of the earlier Table 1
@@ -10,7 +10,14 @@ accuracy (mean of the last three evaluations) and, where the run was
 stamped, the commit of its code. The footer names the machine and commit the
 figure was drawn on, and the machines and commits the runs were made on.
 
-    python benchmarks/baselines_before_after.py --out docs/baselines-before-after.png
+A second figure (``--out-options``) does the same for the three baselines
+whose change is an option with the references' default (pFedMe's L2 term
+``pfedme-mu``, SCAFFOLD's and FedDyn's gradient clip): "before" is the
+seed-42 run with the option off (``docs/results/options_off/``), "after" the
+seed-42 run of the three-seed Table 1, same protocol at 300 rounds.
+
+    python benchmarks/baselines_before_after.py --out docs/baselines-before-after.png \
+        --out-options docs/baselines-options-before-after.png
 """
 
 from __future__ import annotations
@@ -65,6 +72,24 @@ PANELS: list[tuple[str, list[tuple[str, str]]]] = [
 ]
 # Runs whose JSON predates the machine stamp: their code's commit as docs/results.md records it.
 RECORDED_COMMIT = {"fesem_authors.json": "00058a1", BEFORE.name: "61aa778"}
+OPTIONS_OFF = RESULTS / "options_off"
+TABLE1 = RESULTS / "table1_fashion_300rounds_3seeds.json"
+# (method, JSON under OPTIONS_OFF, its label, the Table 1 row's label) at seed 42.
+OPTION_PANELS: list[tuple[str, str, str, str]] = [
+    ("pfedme", "pfedme_nomu.json", "before: pfedme-mu = 0", "after: pfedme-mu = 1e-3"),
+    (
+        "scaffold",
+        "scaffold_noclip.json",
+        "before: scaffold-grad-clip = 0",
+        "after: scaffold-grad-clip = 10",
+    ),
+    (
+        "feddyn",
+        "feddyn_noclip.json",
+        "before: feddyn-grad-clip = 0",
+        "after: feddyn-grad-clip = 10",
+    ),
+]
 BEFORE_LABEL = {
     "fesem": "before: K distinct initialisations, nearest centre",
     "cfl": "before: average then split, eps 0.35 / 0.9",
@@ -73,14 +98,16 @@ BEFORE_LABEL = {
 }
 
 
-def curve(table: dict[str, Any], method: str) -> tuple[np.ndarray, np.ndarray]:
-    """A row's (rounds, accuracy) at seed 0, from either version of the table JSON."""
+def curve(
+    table: dict[str, Any], method: str, seed: str | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """A row's (rounds, accuracy) at ``seed`` (None: the table's only seed), either JSON version."""
     entry = table["curves"][method]
     if isinstance(entry, list):  # the earlier script: [rounds, accuracies]
         rounds, acc = entry
     else:
         rounds = entry["rounds"]
-        (acc,) = entry["per_seed"].values()
+        (acc,) = entry["per_seed"].values() if seed is None else (entry["per_seed"][seed],)
     return np.asarray(rounds, dtype=float), np.asarray(acc, dtype=float)
 
 
@@ -135,11 +162,51 @@ def draw(out: Path) -> Path:
     return out
 
 
+def draw_options(out: Path) -> Path:
+    """pFedMe, SCAFFOLD and FedDyn at seed 42 with their new option off and at its default."""
+    table1 = json.loads(TABLE1.read_text())
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), sharey=True)
+    made_on = {run_stamp(table1, TABLE1.name)}
+    for ax, (method, name, off_label, on_label) in zip(axes, OPTION_PANELS, strict=True):
+        off = json.loads((OPTIONS_OFF / name).read_text())
+        made_on.add(run_stamp(off, name))
+        for table, seed, label, colour, style in (
+            (off, None, f"{off_label} [{run_stamp(off, name)}]", "0.45", "--"),
+            (table1, "42", on_label, PALETTE[0], "-"),
+        ):
+            rounds, acc = curve(table, method, seed)
+            label = f"{label}: {100 * final(acc):.1f}%"
+            ax.plot(rounds, acc, color=colour, linestyle=style, label=label)
+        ax.set_title(method)
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0].set_ylabel("accuracy (mean over clients)")
+    fig.suptitle(
+        "The references' options on and off: Fashion-MNIST, 100 x 200, Dir(0.1), "
+        "10 clients a round, 300 rounds, seed 42 (label: final accuracy)",
+        fontsize=10,
+    )
+    note = f"; Table 1 assembled at {run_stamp(table1, TABLE1.name)}"
+    fig.text(0.01, 0.005, stamp_text(machine_stamp()) + note, fontsize=7, color="0.4")
+    fig.tight_layout(rect=(0, 0.03, 1, 0.95))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "baselines-before-after.png")
+    parser.add_argument(
+        "--out-options",
+        type=Path,
+        default=ROOT / "outputs" / "baselines-options-before-after.png",
+    )
     args = parser.parse_args(argv)
     print(draw(args.out))
+    print(draw_options(args.out_options))
     return 0
 
 

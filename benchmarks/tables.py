@@ -222,7 +222,13 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
         import torch
 
         torch.set_num_threads(1)
-    runner = Runner(reuse=args.reuse, reuse_only=args.reuse_only, train=train, keep=args.keep)
+    runner = Runner(
+        reuse=args.reuse,
+        reuse_only=args.reuse_only,
+        train=train,
+        keep=args.keep,
+        stamp=machine_stamp,
+    )
     stamp = machine_stamp()
     result = (table1 if args.table == "table1" else table2)(args, out, runner, stamp)
     md_path = Path(args.md or out / f"{args.table}.md")

@@ -103,7 +103,8 @@ class Runner:
     results file, the earlier names given as ``legacy`` (``<row>-seed<s>.json``),
     then its summary in ``keep``; otherwise it trains, or under ``reuse_only``
     records the run as missing and returns ``None``. It returns the run's
-    summary, and writes it to ``keep`` (when given).
+    summary, and writes it to ``keep`` (when given). A run it trains carries
+    ``made_on`` (``stamp()``: machine and commit) into its kept summary.
     """
 
     def __init__(
@@ -112,8 +113,10 @@ class Runner:
         reuse_only: bool = False,
         train: Callable[[dict[str, Any]], Results] | None = None,
         keep: str | Path | None = None,
+        stamp: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.reuse = reuse or reuse_only
+        self.stamp = stamp
         self.reuse_only = reuse_only
         self.train = train or (lambda cfg: run_or_reuse(cfg, reuse=False))
         self.keep = Path(keep) if keep else None
@@ -135,7 +138,10 @@ class Runner:
             self.missing.append(path)
             found = (None, Path(path))
         elif found is None:
-            found = (summarise(self.train(cfg)), Path(path))
+            summary = summarise(self.train(cfg))
+            if self.stamp is not None:  # where and at which commit this run was made
+                summary["made_on"] = self.stamp()
+            found = (summary, Path(path))
             self.trained.append(path)
         if found[0] is not None and self.keep:
             self._write_kept(Path(path).name, found[0])
@@ -147,6 +153,11 @@ class Runner:
         self.keep.mkdir(parents=True, exist_ok=True)
         text = summary_text(summary)
         target = self.keep / name
+        if target.is_file() and "made_on" not in summary:
+            # Read back from a results file, which records no machine: keep the stamp kept.
+            made_on = json.loads(target.read_text()).get("made_on")
+            if made_on is not None:
+                text = summary_text({**summary, "made_on": made_on})
         if not target.is_file() or target.read_text() != text:
             target.write_text(text)
 

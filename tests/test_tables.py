@@ -237,6 +237,24 @@ def test_kept_summaries_rebuild_both_tables_without_the_results_files(tmp_path, 
     assert len(line["missing"]) == 3 + 5  # FedAvg's seeds and the sweep (IFCA has no K)
 
 
+def test_a_kept_summary_names_the_machine_and_commit_of_its_run_through_reuse(tmp_path, capsys):
+    out, keep = tmp_path / "t", tmp_path / "kept"
+    argv = ["table1", *SMALL, "--methods", "fedavg", "--seeds", "42", "--out", str(out)]
+    build([*argv, "--keep", str(keep)], capsys, FakeTrainer())
+    (kept,) = keep.glob("*.json")
+    stamp = json.loads(kept.read_text())["made_on"]
+    assert set(stamp) == {"node", "processor", "cpus", "commit"} and stamp["commit"]
+    # Reused from the results file (which names no machine): the kept stamp stays.
+    build([*argv, "--keep", str(keep), "--reuse"], capsys, never_train)
+    assert json.loads(kept.read_text())["made_on"] == stamp
+    # A summary with no stamp (made before stamps) is not given one it did not earn.
+    (out / kept.name).rename(tmp_path / "results.json")
+    bare = {k: v for k, v in json.loads(kept.read_text()).items() if k != "made_on"}
+    kept.write_text(json.dumps(bare))
+    build([*argv, "--keep", str(keep), "--reuse-only"], capsys, never_train)
+    assert "made_on" not in json.loads(kept.read_text())
+
+
 def test_table2_trains_afresh_when_the_first_alpha_tests_state_is_only_a_kept_summary(
     tmp_path, capsys
 ):
