@@ -120,6 +120,26 @@ def run_stamp(table: dict[str, Any], name: str) -> str:
     return machine["commit"] if machine else RECORDED_COMMIT.get(name, "unstamped")
 
 
+def style_panel(ax: Any, method: str) -> None:
+    ax.set_title(method)
+    ax.set_xlabel("round")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+
+
+def finish(
+    fig: Any, title: str, footer: str, out: Path, rect: tuple[float, float, float, float]
+) -> Path:
+    """Title, the machine-and-commit footer (plus ``footer``), layout, and the PNG at ``out``."""
+    fig.suptitle(title, fontsize=10)
+    fig.text(0.01, 0.005, stamp_text(machine_stamp()) + footer, fontsize=7, color="0.4")
+    fig.tight_layout(rect=rect)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def draw(out: Path) -> Path:
     before = json.loads(BEFORE.read_text())
     fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharey=True)
@@ -142,34 +162,23 @@ def draw(out: Path) -> Path:
                 m = table["machine"]
                 made_on.add(f"{m['node']} ({m['processor']}, {m['cpus']} CPUs)")
             ax.plot(rounds, acc, color=colour, label=f"{label}: {100 * final(acc):.1f}% [{stamp}]")
-        ax.set_title(method)
-        ax.set_xlabel("round")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        style_panel(ax, method)
     for ax in axes[:, 0]:
         ax.set_ylabel("accuracy (mean over clients)")
-    fig.suptitle(
+    title = (
         "Baselines before and after issue 22: Fashion-MNIST, 100 x 200, Dir(0.1), "
-        "10 clients a round, seed 0 (label: final accuracy [commit of the run])",
-        fontsize=10,
+        "10 clients a round, seed 0 (label: final accuracy [commit of the run])"
     )
     runs_on = "; runs made on " + ", ".join(sorted(made_on)) if made_on else ""
-    fig.text(0.01, 0.005, stamp_text(machine_stamp()) + runs_on, fontsize=7, color="0.4")
-    fig.tight_layout(rect=(0, 0.02, 1, 0.97))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return finish(fig, title, runs_on, out, rect=(0, 0.02, 1, 0.97))
 
 
 def draw_options(out: Path) -> Path:
     """pFedMe, SCAFFOLD and FedDyn at seed 42 with their new option off and at its default."""
     table1 = json.loads(TABLE1.read_text())
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), sharey=True)
-    made_on = {run_stamp(table1, TABLE1.name)}
     for ax, (method, name, off_label, on_label) in zip(axes, OPTION_PANELS, strict=True):
         off = json.loads((OPTIONS_OFF / name).read_text())
-        made_on.add(run_stamp(off, name))
         for table, seed, label, colour, style in (
             (off, None, f"{off_label} [{run_stamp(off, name)}]", "0.45", "--"),
             (table1, "42", on_label, PALETTE[0], "-"),
@@ -177,23 +186,14 @@ def draw_options(out: Path) -> Path:
             rounds, acc = curve(table, method, seed)
             label = f"{label}: {100 * final(acc):.1f}%"
             ax.plot(rounds, acc, color=colour, linestyle=style, label=label)
-        ax.set_title(method)
-        ax.set_xlabel("round")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        style_panel(ax, method)
     axes[0].set_ylabel("accuracy (mean over clients)")
-    fig.suptitle(
+    title = (
         "The references' options on and off: Fashion-MNIST, 100 x 200, Dir(0.1), "
-        "10 clients a round, 300 rounds, seed 42 (label: final accuracy)",
-        fontsize=10,
+        "10 clients a round, 300 rounds, seed 42 (label: final accuracy)"
     )
     note = f"; Table 1 assembled at {run_stamp(table1, TABLE1.name)}"
-    fig.text(0.01, 0.005, stamp_text(machine_stamp()) + note, fontsize=7, color="0.4")
-    fig.tight_layout(rect=(0, 0.03, 1, 0.95))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return finish(fig, title, note, out, rect=(0, 0.03, 1, 0.95))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

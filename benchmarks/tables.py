@@ -222,14 +222,10 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
         import torch
 
         torch.set_num_threads(1)
-    runner = Runner(
-        reuse=args.reuse,
-        reuse_only=args.reuse_only,
-        train=train,
-        keep=args.keep,
-        stamp=machine_stamp,
-    )
     stamp = machine_stamp()
+    runner = Runner(
+        reuse=args.reuse, reuse_only=args.reuse_only, train=train, keep=args.keep, made_on=stamp
+    )
     result = (table1 if args.table == "table1" else table2)(args, out, runner, stamp)
     md_path = Path(args.md or out / f"{args.table}.md")
     md_path.parent.mkdir(parents=True, exist_ok=True)

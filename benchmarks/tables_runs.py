@@ -104,7 +104,7 @@ class Runner:
     then its summary in ``keep``; otherwise it trains, or under ``reuse_only``
     records the run as missing and returns ``None``. It returns the run's
     summary, and writes it to ``keep`` (when given). A run it trains carries
-    ``made_on`` (``stamp()``: machine and commit) into its kept summary.
+    ``made_on`` (the machine and commit it was made on) into its kept summary.
     """
 
     def __init__(
@@ -113,10 +113,10 @@ class Runner:
         reuse_only: bool = False,
         train: Callable[[dict[str, Any]], Results] | None = None,
         keep: str | Path | None = None,
-        stamp: Callable[[], dict[str, Any]] | None = None,
+        made_on: Mapping[str, Any] | None = None,
     ) -> None:
         self.reuse = reuse or reuse_only
-        self.stamp = stamp
+        self.made_on = dict(made_on) if made_on is not None else None
         self.reuse_only = reuse_only
         self.train = train or (lambda cfg: run_or_reuse(cfg, reuse=False))
         self.keep = Path(keep) if keep else None
@@ -139,8 +139,8 @@ class Runner:
             found = (None, Path(path))
         elif found is None:
             summary = summarise(self.train(cfg))
-            if self.stamp is not None:  # where and at which commit this run was made
-                summary["made_on"] = self.stamp()
+            if self.made_on is not None:  # where and at which commit this run was made
+                summary["made_on"] = self.made_on
             found = (summary, Path(path))
             self.trained.append(path)
         if found[0] is not None and self.keep:
@@ -151,14 +151,15 @@ class Runner:
     def _write_kept(self, name: str, summary: Results) -> None:
         assert self.keep is not None
         self.keep.mkdir(parents=True, exist_ok=True)
-        text = summary_text(summary)
         target = self.keep / name
-        if target.is_file() and "made_on" not in summary:
+        kept = target.read_text() if target.is_file() else None
+        if kept is not None and "made_on" not in summary:
             # Read back from a results file, which records no machine: keep the stamp kept.
-            made_on = json.loads(target.read_text()).get("made_on")
+            made_on = json.loads(kept).get("made_on")
             if made_on is not None:
-                text = summary_text({**summary, "made_on": made_on})
-        if not target.is_file() or target.read_text() != text:
+                summary = {**summary, "made_on": made_on}
+        text = summary_text(summary)
+        if kept != text:
             target.write_text(text)
 
     @staticmethod
