@@ -37,53 +37,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 from runs import run_or_reuse, write_json_line  # noqa: E402
 
-from ripple_flwr.app.registry import METHODS  # noqa: E402
+from ripple_flwr.experiments.variants import ORACLE_OF, VARIANTS  # noqa: E402
 from ripple_flwr.runs.outputs import CHECKPOINT_DIR_ENV, OUTPUT_DIR_ENV  # noqa: E402
 from ripple_flwr.runs.results import tail_mean  # noqa: E402
-from ripple_flwr.settings import ROUTERS, SAMPLINGS  # noqa: E402
-
-
-def benchmark_variants() -> dict[str, dict]:
-    """Every registered method as run-config overrides; Ripple and the oracle per sampler/router.
-
-    Read from the method registry, so a newly registered method is benchmarked
-    without touching this file. Names of the Ripple variants are
-    ``ripple-<strat|unif>-<router>``; the oracle's ``oracle`` (stratified) and
-    ``oracle-unif``.
-    """
-    out: dict[str, dict] = {}
-    short = {"stratified": "strat", "uniform": "unif"}
-    for name, spec in METHODS.items():
-        if spec.needs_router:
-            for router in ROUTERS:
-                for sampling in SAMPLINGS:
-                    key = f"{name}-{short[sampling]}-{router}"
-                    out[key] = {"method": name, "sampling": sampling, "router": router}
-        elif spec.routing_weights:
-            for sampling in SAMPLINGS:
-                key = name if sampling == "stratified" else f"{name}-{short[sampling]}"
-                out[key] = {"method": name, "sampling": sampling}
-        else:
-            out[name] = {"method": name}
-    return out
-
-
-VARIANTS = benchmark_variants()
 
 
 def curve(results: dict) -> tuple[list[int], list[float]]:
     acc = results["accuracy_per_round"]
     rounds = sorted(int(r) for r in acc)
     return rounds, [acc[str(r)]["weighted_mean"] for r in rounds]
-
-
-# Each Ripple variant's perfect-routing reference: the same sampler with w = pi*.
-ORACLE_OF = {
-    "ripple-strat-gmm-vae": "oracle",
-    "ripple-strat-mean-unmixing": "oracle",
-    "ripple-unif-gmm-vae": "oracle-unif",
-    "ripple-unif-mean-unmixing": "oracle-unif",
-}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     "runs": BELOW_RUNS,
     "app": BELOW_RUNS | {"runs"},
     "cli": BELOW_RUNS | {"runs", "app"},
-    "testing": BELOW_RUNS | {"runs", "app"},
+    "experiments": BELOW_RUNS | {"runs", "app"},
+    "testing": BELOW_RUNS | {"runs", "app", "experiments"},
 }
 # Layers that must not know Flower (flwr-datasets, a data library, is not Flower).
 NO_FLOWER = {

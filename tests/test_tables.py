@@ -1,4 +1,4 @@
-"""benchmarks/tables.py: cells over seeds, the K sweep, --reuse-only, the figures, the presets.
+"""ripple-tables (ripple_flwr.experiments.tables): cells over seeds, the K sweep, --reuse-only, the figures, the presets.
 
 Most tests build the tables from a fake trainer that writes hand-made results
 files (no training); the two marked slow run tiny real federations end to end.
@@ -15,8 +15,6 @@ from typing import get_args
 import numpy as np
 import pytest
 from test_data import cifar_md5_off, offline, write_cifar10  # noqa: F401  (fixtures)
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from ripple_flwr.app.registry import METHODS, Family  # noqa: E402
 
@@ -85,7 +83,7 @@ def never_train(cfg: dict) -> dict:
 
 
 def build(argv: list[str], capsys, train) -> dict:
-    import tables
+    from ripple_flwr.experiments import tables
 
     assert tables.main(argv, train=train) == 0
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -97,7 +95,7 @@ TABLE1_ROWS = ["ripple-strat-gmm-vae", "oracle", "fedavg", "local", "ifca", "fes
 
 # -- cell statistics --------------------------------------------------------------------------
 def test_a_cell_is_the_mean_and_two_sample_sigmas_of_its_seeds():
-    from tables_stats import fmt_stat, seed_stats
+    from ripple_flwr.experiments.stats import fmt_stat, seed_stats
 
     cell = seed_stats({42: 0.90, 7: 0.92, 123: 0.94})
     assert cell["per_seed"] == {"42": 0.90, "7": 0.92, "123": 0.94}
@@ -112,7 +110,7 @@ def test_a_cell_is_the_mean_and_two_sample_sigmas_of_its_seeds():
 
 
 def test_the_best_k_has_the_highest_mean_final_accuracy():
-    from tables_stats import best_k, seed_stats
+    from ripple_flwr.experiments.stats import best_k, seed_stats
 
     def sweep(means: dict[int, list[float]]) -> dict:
         return {k: {"final_accuracy": seed_stats(dict(enumerate(v)))} for k, v in means.items()}
@@ -124,7 +122,7 @@ def test_the_best_k_has_the_highest_mean_final_accuracy():
 
 # -- Table 1 ----------------------------------------------------------------------------------
 def test_table1_keeps_every_seed_and_runs_the_swept_methods_at_their_best_k(tmp_path, capsys):
-    import tables
+    from ripple_flwr.experiments import tables
 
     trainer, out = FakeTrainer(), tmp_path / "t1"
     argv = ["table1", *SMALL, "--methods", *TABLE1_ROWS, "--sweep-k", "--out", str(out)]
@@ -273,7 +271,7 @@ def test_table2_trains_afresh_when_the_first_alpha_tests_state_is_only_a_kept_su
 
 
 def test_rotated_preset_labels_by_domain_with_four_components(tmp_path, capsys):
-    import tables
+    from ripple_flwr.experiments import tables
 
     args = vars(tables.parse(["table1", "--dataset", "rotated-fashion-mnist"]))
     want = {"label_kind": "domain", "num_components": 4, "clients": 100, "model": "cnn"}
@@ -289,7 +287,7 @@ def test_rotated_preset_labels_by_domain_with_four_components(tmp_path, capsys):
 
 
 def test_clusters_ari_of_a_domain_run_is_against_the_clients_rotation():
-    from tables_stats import clusters_ari
+    from ripple_flwr.experiments.stats import clusters_ari
 
     from ripple_flwr.data.federation import build_federation
     from ripple_flwr.data.registry import load_dataset
@@ -310,7 +308,7 @@ def test_clusters_ari_of_a_domain_run_is_against_the_clients_rotation():
 
 
 def test_clusters_ari_at_k_below_the_classes_is_against_the_dominant_class_not_class_mod_k():
-    from tables_stats import clusters_ari
+    from ripple_flwr.experiments.stats import clusters_ari
 
     # Six clients of class 0 or 2, clustered at K = 2 exactly by their class.
     classes = np.array([0, 2, 0, 2, 2, 0])
@@ -342,7 +340,7 @@ def _curve(level: float, seeds: int = 3) -> dict:
 
 
 def test_small_multiples_draw_each_method_in_its_familys_panel():
-    from tables_plots import family_figure
+    from ripple_flwr.experiments.plots import family_figure
 
     families = {
         "ripple-strat-gmm-vae": "ripple",
@@ -377,8 +375,8 @@ def test_small_multiples_draw_each_method_in_its_familys_panel():
 
 def test_table2_bars_group_by_column_with_two_sigma_error_bars():
     from matplotlib.container import BarContainer
-    from tables_plots import bars_figure
-    from tables_stats import seed_stats
+    from ripple_flwr.experiments.plots import bars_figure
+    from ripple_flwr.experiments.stats import seed_stats
 
     cols = ["0.01/1", "0.1/1"]
     cells = {
@@ -401,7 +399,7 @@ def test_table2_bars_group_by_column_with_two_sigma_error_bars():
 
 
 def test_the_machine_stamp_names_the_commit_or_unknown(tmp_path):
-    from tables_plots import ROOT, machine_stamp
+    from ripple_flwr.experiments.plots import ROOT, machine_stamp
 
     head = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
@@ -412,7 +410,7 @@ def test_the_machine_stamp_names_the_commit_or_unknown(tmp_path):
 
 
 def test_every_registered_method_has_a_family_and_a_table1_row():
-    from tables_runs import TABLE1, swept_rows
+    from ripple_flwr.experiments.runner import TABLE1, swept_rows
 
     for name, spec in METHODS.items():
         assert spec.family in get_args(Family), name

@@ -1,13 +1,13 @@
 """Rebuild the kept run summaries of a Table 1 from its JSON, when the results files are gone.
 
 A table's JSON keeps every seed's numbers and curve, which is all a run's
-summary holds (``tables_stats.summarise``). This writes one summary per
+summary holds (``stats.summarise``). This writes one summary per
 finished run into the ``--keep`` folder, with the settings the same table
-command would give that run, so ``tables.py ... --reuse --keep DIR`` carries
+command would give that run, so ``ripple-tables ... --reuse --keep DIR`` carries
 on from them. Each summary names the table file it came from; a summary
 already in the folder is never replaced.
 
-    python benchmarks/tables_recover.py docs/results/table1_fashion_300rounds_3seeds.json \\
+    python -m ripple_flwr.experiments.recover docs/results/table1_fashion_300rounds_3seeds.json \\
         --keep docs/results/runs/table1-fashion-mnist -- table1 --rounds 300 --sweep-k
 """
 
@@ -19,13 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from tables import parse  # noqa: E402
-from tables_one import table1_config  # noqa: E402
-from tables_runs import run_name, summary_text  # noqa: E402
-from tables_stats import SUMMARY  # noqa: E402
+from ripple_flwr.experiments.runner import run_name, summary_text
+from ripple_flwr.experiments.stats import SUMMARY
+from ripple_flwr.experiments.table_one import table1_config
+from ripple_flwr.experiments.tables import parse
 
 __all__ = ["recovered_summaries", "main"]
 
@@ -82,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     cut = argv.index("--") if "--" in argv else len(argv)
     head, rest = argv[:cut], argv[cut + 1 :]
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("table_json", help="a table's JSON file (tables.py --json)")
+    p.add_argument("table_json", help="a table's JSON file (ripple-tables --json)")
     p.add_argument("--keep", required=True, help="the folder of kept summaries")
     own = p.parse_args(head)
     args = parse(rest)

@@ -1,13 +1,10 @@
-"""Figures of benchmarks/tables.py: Table 1's small multiples by family, Table 2's bars.
+"""Figures of the tables: Table 1's small multiples by family, Table 2's bars.
 
 Every figure names, in its footer, the machine and the git commit it was made on.
 """
 
 from __future__ import annotations
 
-import os
-import platform
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, get_args
@@ -15,13 +12,15 @@ from typing import Any, get_args
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
 
-from ripple_flwr.app.registry import Family  # noqa: E402
+from ripple_flwr.app.registry import Family
+from ripple_flwr.experiments.stamp import ROOT, machine_stamp, stamp_text
 
-ROOT = Path(__file__).resolve().parents[1]
+__all__ = ["ROOT", "bars_figure", "family_figure", "machine_stamp", "save", "stamp_text"]
+
 BAND = "band: min-max over seeds"
 REFERENCE_STYLE = {"color": "0.55", "linewidth": 0.9}
 # Distinct colours for a panel's own methods (grey is the references'); linestyles beyond.
@@ -30,33 +29,6 @@ PALETTE = [c for i, c in enumerate(matplotlib.colormaps["tab10"].colors) if i !=
     "gold",
     "navy",
 ]
-
-
-def machine_stamp(root: str | Path = ROOT) -> dict[str, Any]:
-    """The machine (node, processor, CPU count) and the short git commit of ``root``."""
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    return {
-        "node": platform.node(),
-        "processor": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        "commit": commit or "unknown",
-    }
-
-
-def stamp_text(stamp: Mapping[str, Any]) -> str:
-    return (
-        f"made on {stamp['node']} ({stamp['processor']}, {stamp['cpus']} CPUs) "
-        f"at commit {stamp['commit']}"
-    )
 
 
 def _style(i: int) -> dict[str, Any]:

@@ -15,9 +15,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from tables_one import sweep_markdown
-from tables_plots import bars_figure, save
-from tables_runs import (
+from ripple_flwr.experiments.plots import bars_figure, save
+from ripple_flwr.experiments.runner import (
     TABLE2,
     Results,
     Runner,
@@ -28,7 +27,8 @@ from tables_runs import (
     sweep_block,
     swept_rows,
 )
-from tables_stats import INTERVAL, fmt_stat, seed_stats
+from ripple_flwr.experiments.stats import INTERVAL, fmt_stat, seed_stats
+from ripple_flwr.experiments.table_one import sweep_markdown
 
 
 def onboard_runs(
@@ -67,7 +67,8 @@ def onboard_runs(
             cfg["checkpoint-every"] = rounds
         else:
             cfg["resume"] = str(trained)
-        res, path = runner.get(cfg, legacy=[out / n for n in legacy])
+        after = None if trained is None else str(trained)
+        res, path = runner.get(cfg, legacy=[out / n for n in legacy], after=after)
         trained = trained or path.with_suffix(".resume.npz")
         found[alpha_test] = res
     return found
@@ -91,8 +92,13 @@ def table2_cell(runs: dict[int, Results | None], k: int, from_sweep: bool) -> di
     return cell
 
 
-def table2(args: argparse.Namespace, out: Path, runner: Runner, stamp: dict) -> dict[str, Any]:
-    """Every row x alpha_train x alpha_test over ``args.seeds``; Markdown and the bar chart."""
+def table2(
+    args: argparse.Namespace, out: Path, runner: Runner, stamp: dict | None
+) -> dict[str, Any]:
+    """Every row x alpha_train x alpha_test over ``args.seeds``; Markdown and the bar chart.
+
+    ``stamp`` ``None``: the runner is planning; no figure is drawn.
+    """
     names = args.methods or list(TABLE2)
     swept: dict[str, dict[str, dict]] = {}
     if args.sweep_k:
@@ -125,10 +131,12 @@ def table2(args: argparse.Namespace, out: Path, runner: Runner, stamp: dict) -> 
                 cell = table2_cell(runs, k, entry is not None)
                 cell["sweep_complete"] = entry["complete"] if entry else None
                 cells.setdefault(name, {})[col] = cell
-                log(f"{name} {col}: {fmt_stat(cell['zero_shot_accuracy'], '.1f', 100)}")
+                if stamp is not None:  # not while planning
+                    log(f"{name} {col}: {fmt_stat(cell['zero_shot_accuracy'], '.1f', 100)}")
     cols = [f"{a:g}/{t:g}" for a in args.alphas_train for t in args.alphas_test]
     title = f"Table 2: {args.dataset}, {args.rounds} rounds, seeds {args.seeds}"
-    save(bars_figure(cells, cols, title, stamp), args.plot)
+    if stamp is not None:
+        save(bars_figure(cells, cols, title, stamp), args.plot)
     return {
         "cells": cells,
         "sweep": sweep_block(args, swept),

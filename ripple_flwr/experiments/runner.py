@@ -1,4 +1,4 @@
-"""The runs behind benchmarks/tables.py: rows, run configs, results names, reuse and the K sweep.
+"""The runs behind the tables and sweeps: rows, run configs, results names, reuse, the K sweep.
 
 Each run's results file is named after its row, K, rounds and seed (Table 2:
 also alpha_train and alpha_test), e.g. ``ifca-k6-r300-seed42.json``, so the
@@ -6,10 +6,16 @@ tables can be built over several sittings with ``--reuse`` and the sweep's
 runs never overwrite the table's. ``--reuse-only`` reads what is there and
 trains nothing: a missing run is listed, and its cell is marked.
 
-The tables read each run's *summary* (``tables_stats.summarise``). With
-``--keep DIR`` every summary is also written to ``DIR/<results name>``, and
-``--reuse`` finds a run there when its results file is gone: commit DIR and
-the table carries over to a machine that never held the results files.
+The tables read each run's *summary* (``stats.summarise``). With ``--keep DIR``
+every summary is also written to ``DIR/<results name>``, and ``--reuse`` finds
+a run there when its results file is gone: commit DIR and the table carries
+over to a machine that never held the results files.
+
+A table is built by :func:`build`: it calls the table once with the
+:class:`Runner` planning (every run it needs and cannot read is recorded),
+runs those in one batch (serially or as Ray tasks, ``executor.Execution``),
+and calls it again until nothing is left to run (the K sweep first, then the
+rows at the best K); the last call draws the table from the summaries.
 """
 
 from __future__ import annotations
@@ -21,12 +27,14 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from accuracy import VARIANTS
-from runs import REUSE_IGNORES, run_or_reuse
-from tables_stats import best_k, seed_stats, summarise
-
 from ripple_flwr.app.registry import METHODS, MethodSpec
+from ripple_flwr.experiments.executor import Execution, Job, Link, Outcome
+from ripple_flwr.experiments.stats import best_k, seed_stats, summarise
+from ripple_flwr.experiments.variants import VARIANTS
 from ripple_flwr.runs.results import finished_results
+
+# Paths, and when the final state is saved: neither changes the numbers, so --reuse ignores them.
+REUSE_IGNORES = ("results-path", "checkpoint", "resume", "checkpoint-every")
 
 TABLE1 = {
     **VARIANTS,
@@ -96,6 +104,72 @@ def summary_text(summary: Results) -> str:
     return json.dumps({**summary, "settings": settings}, indent=1, sort_keys=True) + "\n"
 
 
+def run_or_reuse(
+    cfg: dict[str, Any], reuse: bool, node_configs: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The results of one one-process run of ``cfg`` (real client handlers, no Ray).
+
+    With ``reuse``, the results file at ``cfg["results-path"]`` is read instead
+    when it exists and holds the same settings; otherwise the run goes ahead and
+    replaces any stale file there.
+    """
+    from ripple_flwr.experiments.one_process import run_one_process
+
+    if reuse:
+        res = finished_results(cfg["results-path"], cfg, REUSE_IGNORES)
+        if res is not None:
+            log(f"reusing {cfg['results-path']}")
+            return res
+    log(f"running {Path(cfg['results-path']).name}")
+    return run_one_process(cfg, node_configs)
+
+
+def write_json_line(line: str, path: str | Path | None) -> None:
+    """Also write a JSON line to ``path`` (no-op for an empty path)."""
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(line + "\n")
+
+
+def chains(links: Iterable[Link]) -> list[Job]:
+    """Group runs into jobs: a run that resumes another pending run goes after it, in its job."""
+    links = list(links)
+    by_resume = {str(Path(link.path).with_suffix(".resume.npz")): link for link in links}
+    follows = {
+        link.path: by_resume[link.resume_from].path
+        for link in links
+        if link.resume_from in by_resume and by_resume[link.resume_from] is not link
+    }
+    jobs: dict[str, list[Link]] = {}
+    for link in links:
+        head = link.path
+        while head in follows:
+            head = follows[head]
+        jobs.setdefault(head, []).append(link)
+    return [Job(tuple(chain)) for chain in jobs.values()]
+
+
+def build(
+    table: Callable[..., dict[str, Any]],
+    args: argparse.Namespace,
+    out: Path,
+    runner: Runner,
+    stamp: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Plan, run what is missing (in batches), then draw ``table`` from the summaries."""
+    if not runner.reuse_only:
+        while True:
+            runner.planning = True
+            try:
+                table(args, out, runner, None)
+            finally:
+                runner.planning = False
+            if not runner.pending:
+                break
+            runner.run_pending()
+    return table(args, out, runner, stamp)
+
+
 class Runner:
     """Each run trained or read once per invocation; with ``reuse_only`` nothing trains.
 
@@ -105,6 +179,12 @@ class Runner:
     records the run as missing and returns ``None``. It returns the run's
     summary, and writes it to ``keep`` (when given). A run it trains carries
     ``made_on`` (the machine and commit it was made on) into its kept summary.
+
+    While ``planning``, ``get`` trains nothing: it records the run in
+    ``pending`` and returns ``None``; :meth:`run_pending` then runs them all
+    through ``execution`` (serially or as Ray tasks) and :func:`build` calls the
+    table again, until nothing is pending. A failed run is reported, listed in
+    ``failed`` and ``missing``, and its cell marked; the others go on.
     """
 
     def __init__(
@@ -114,39 +194,88 @@ class Runner:
         train: Callable[[dict[str, Any]], Results] | None = None,
         keep: str | Path | None = None,
         made_on: Mapping[str, Any] | None = None,
+        execution: Execution | None = None,
+        on_result: Callable[[Results], None] | None = None,
     ) -> None:
         self.reuse = reuse or reuse_only
         self.made_on = dict(made_on) if made_on is not None else None
         self.reuse_only = reuse_only
-        self.train = train or (lambda cfg: run_or_reuse(cfg, reuse=False))
+        self.train = train
         self.keep = Path(keep) if keep else None
+        self.execution = execution or Execution(jobs=1)
+        self.on_result = on_result
         self.missing: list[str] = []
         self.trained: list[str] = []
+        self.failed: dict[str, str] = {}
+        self.outcomes: list[Outcome] = []
+        self.planning = False
+        self.pending: dict[str, Link] = {}
         self._seen: dict[str, tuple[Results | None, Path]] = {}
 
     def get(
-        self, cfg: dict[str, Any], legacy: Iterable[str | Path] = ()
+        self, cfg: dict[str, Any], legacy: Iterable[str | Path] = (), after: str | None = None
     ) -> tuple[Results | None, Path]:
-        """(the run's summary or None, its results file) of the run ``cfg``."""
+        """(the run's summary or None, its results file) of the run ``cfg``.
+
+        ``after``: the resume file of the run this one continues (Table 2's later
+        alpha_test); a run planned with it goes in the same task, after that run.
+        """
         path = str(cfg["results-path"])
         if path in self._seen:
             return self._seen[path]
         kept = [self.keep / Path(path).name] if self.keep else []
         found = self._read(cfg, [path, *legacy, *kept]) if self.reuse else None
+        if found is None and path in self.failed:
+            return None, Path(path)
         if found is None and self.reuse_only:
             log(f"missing {Path(path).name} (--reuse-only: not run)")
             self.missing.append(path)
             found = (None, Path(path))
         elif found is None:
-            summary = summarise(self.train(cfg))
-            if self.made_on is not None:  # where and at which commit this run was made
-                summary["made_on"] = self.made_on
-            found = (summary, Path(path))
-            self.trained.append(path)
+            self.pending[path] = Link(dict(cfg), after)
+            if self.planning:
+                return None, Path(path)
+            self.run_pending()
+            return self._seen.get(path, (None, Path(path)))
+        self._remember(path, found)
+        return found
+
+    def run_pending(self) -> None:
+        """Run every pending run (chains in order, in one task), recording each as it ends."""
+        jobs = chains(self.pending.values())
+        self.pending = {}
+        self.execution.run(jobs, self._finished, train=self.train)
+
+    def _finished(self, outcome: Outcome) -> None:
+        self.outcomes.append(outcome)
+        path = outcome.path
+        if outcome.error is not None:
+            settings = json.dumps(outcome.cfg, sort_keys=True)
+            log(f"FAILED {Path(path).name}: {outcome.error}\n  settings: {settings}")
+            self.failed[path] = outcome.error
+            self.missing.append(path)
+            return
+        target = Path(path)
+        if outcome.text is not None and (
+            not target.is_file() or target.read_text() != outcome.text
+        ):  # it ran on another node: its results file comes here too
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(outcome.text)
+        results = outcome.results
+        if results is None:  # a task returns the file's text, not the parsed dict twice
+            results = json.loads(outcome.text or "{}")
+        summary = summarise(results)
+        if self.made_on is not None:  # where and at which commit this run was made
+            summary["made_on"] = {**self.made_on, **outcome.machine}  # a Ray node: its own
+        self.trained.append(path)
+        if self.on_result is not None:
+            self.on_result(results)
+        self._remember(path, (summary, target))
+
+    def _remember(self, path: str, found: tuple[Results | None, Path]) -> None:
         if found[0] is not None and self.keep:
             self._write_kept(Path(path).name, found[0])
         self._seen[path] = found
-        return found
 
     def _write_kept(self, name: str, summary: Results) -> None:
         assert self.keep is not None

@@ -12,8 +12,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from tables_plots import family_figure, save
-from tables_runs import (
+from ripple_flwr.experiments.plots import family_figure, save
+from ripple_flwr.experiments.runner import (
     SWEEP_CRITERION,
     SWEEP_K,
     TABLE1,
@@ -26,7 +26,7 @@ from tables_runs import (
     sweep_block,
     swept_rows,
 )
-from tables_stats import INTERVAL, fmt_stat, seed_curves, table1_cell
+from ripple_flwr.experiments.stats import INTERVAL, fmt_stat, seed_curves, table1_cell
 
 # Drawn in every panel of the figure, for comparison: Ripple-Strat and its oracle.
 REFERENCES = ("ripple-strat-gmm-vae", "oracle")
@@ -53,8 +53,13 @@ def table1_run(
     return runner.get(cfg, legacy=[out / f"{row}-seed{seed}.json"])[0]
 
 
-def table1(args: argparse.Namespace, out: Path, runner: Runner, stamp: dict) -> dict[str, Any]:
-    """Every row over ``args.seeds``: cells, curves, the sweep, Markdown and the figure."""
+def table1(
+    args: argparse.Namespace, out: Path, runner: Runner, stamp: dict | None
+) -> dict[str, Any]:
+    """Every row over ``args.seeds``: cells, curves, the sweep, Markdown and the figure.
+
+    ``stamp`` ``None``: the runner is planning; no figure is drawn.
+    """
     names = args.methods or list(TABLE1)
     swept: dict[str, dict] = {}
     if args.sweep_k:
@@ -77,10 +82,11 @@ def table1(args: argparse.Namespace, out: Path, runner: Runner, stamp: dict) -> 
         rows[name] = {**row, **table1_cell(runs, args.target)}
         if (c := seed_curves(runs)) is not None:
             curves[name] = c
-        log(f"{name}: {fmt_stat(rows[name]['final_accuracy'], '.1f', 100)}")
+        if stamp is not None:  # not while planning
+            log(f"{name}: {fmt_stat(rows[name]['final_accuracy'], '.1f', 100)}")
     title = f"Table 1: {args.dataset}, {args.clients} clients, Dir({args.alpha})"
     title += f", {args.rounds} rounds, seeds {args.seeds}"
-    if curves:
+    if curves and stamp is not None:
         families = {n: rows[n]["family"] for n in curves}
         save(family_figure(curves, families, REFERENCES, title, stamp), args.plot)
     return {

@@ -1,0 +1,92 @@
+"""What the table and sweep commands share: the execution flags and the server's environment."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ripple_flwr.experiments.executor import Execution
+from ripple_flwr.runs.outputs import CHECKPOINT_DIR_ENV, OUTPUT_DIR_ENV
+from ripple_flwr.settings import CACHE_DIR_ENV
+
+__all__ = ["add_execution_flags", "execution_from", "prepare_server_env", "tracker_hook"]
+
+TRACKERS = ("none", "mlflow", "tensorboard", "wandb")
+
+
+def add_execution_flags(p: argparse.ArgumentParser) -> None:
+    """``--jobs``, ``--cpus-per-run``, ``--gpus-per-run``, ``--ray-address``, ``--tracker``."""
+    g = p.add_argument_group("execution (every run a Ray task unless --jobs 1)")
+    g.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="runs at once (default: the cores, or the cluster's CPUs, over --cpus-per-run); "
+        "1 without --ray-address or GPUs runs them one after another in this process, no Ray",
+    )
+    g.add_argument(
+        "--cpus-per-run", type=float, default=1.0, help="CPUs (torch threads) per run (1)"
+    )
+    g.add_argument(
+        "--gpus-per-run", type=float, default=0.0, help="GPUs per run, fractional (e.g. 0.25)"
+    )
+    g.add_argument(
+        "--ray-address",
+        default=None,
+        help="'auto' (or HOST:PORT) attaches to a running Ray cluster; "
+        "default: a local Ray, started for the batch and stopped at the end",
+    )
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument(
+        "--tracker",
+        choices=TRACKERS,
+        default="none",
+        help="also send each run's settings, metrics and results to this tracker",
+    )
+    g.add_argument(
+        "--tracker-dir", default="", help="the tracker's store (default: <out>/tracking)"
+    )
+
+
+def execution_from(args: argparse.Namespace, p: argparse.ArgumentParser) -> Execution:
+    """The flags as an :class:`Execution`; a bad value stops with one line naming the fix."""
+    try:
+        return Execution(
+            jobs=args.jobs,
+            cpus_per_run=args.cpus_per_run,
+            gpus_per_run=args.gpus_per_run,
+            ray_address=args.ray_address,
+            progress=not args.no_progress,
+        )
+    except ValueError as err:
+        p.error(str(err))
+        raise  # unreachable: p.error exits
+
+
+def prepare_server_env(out: Path, checkpoint: str = "", cache_dir: str = "") -> None:
+    """This process (and each task) is the server: ``out`` its output folder, and so on."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ[OUTPUT_DIR_ENV] = str(out)
+    if checkpoint:  # the checkpoint's folder is one it may read
+        os.environ[CHECKPOINT_DIR_ENV] = str(Path(checkpoint).expanduser().resolve().parent)
+    if cache_dir:  # and a cache folder it is given, its cache root
+        os.environ[CACHE_DIR_ENV] = str(Path(cache_dir).expanduser().resolve())
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+
+
+def tracker_hook(args: argparse.Namespace, out: Path) -> Callable[[Mapping[str, Any]], None] | None:
+    """A function sending one finished run's results to ``--tracker`` (None: no tracker)."""
+    if args.tracker == "none":
+        return None
+    from ripple_flwr.runs.tracking import track_run
+
+    where = Path(args.tracker_dir or out / "tracking").expanduser().resolve()
+
+    def hook(results: Mapping[str, Any]) -> None:
+        track_run(results, args.tracker, where)
+
+    return hook

@@ -1,0 +1,232 @@
+"""A sweep over any run-config keys and seeds: every combination a run, each a Ray task.
+
+    ripple-sweep --grid 'method=fedavg,ripple alpha=0.01,0.1' --seeds 42 7 123 \\
+        --set dataset=fashion-mnist --set num-server-rounds=100 --out outputs/sweep --reuse
+
+``--grid`` takes ``KEY=V1,V2,...`` words (values read as TOML, a bare word as a
+string); ``--set KEY=VALUE`` fixes a key for every run; every other key keeps
+the app's default (``pyproject.toml``). Every combination is checked before
+anything runs. One results file per run, named after its grid values and
+seed (``method-fedavg_alpha-0.01-seed42.json``); ``--reuse``, ``--reuse-only``
+and ``--keep`` work as for the tables. It prints a Markdown table (one row
+per combination: final personalised accuracy, zero-shot accuracy when the
+runs onboard new clients, wall time; mean ± 2 sigma over the seeds) and one
+JSON line with every seed's numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ripple_flwr.experiments.launch import (
+    add_execution_flags,
+    execution_from,
+    prepare_server_env,
+    tracker_hook,
+)
+from ripple_flwr.experiments.runner import Runner, log, write_json_line
+from ripple_flwr.experiments.stamp import machine_stamp
+from ripple_flwr.experiments.stats import INTERVAL, fmt_stat, seed_stats
+from ripple_flwr.experiments.tables import run_config_value
+
+__all__ = ["build_parser", "grid_points", "main", "parse_grid", "point_name"]
+
+Point = dict[str, Any]
+
+
+def parse_grid(words: list[str]) -> dict[str, list[Any]]:
+    """``['method=fedavg,ripple', 'alpha=0.01,0.1']`` as ``{key: [values]}`` (TOML values)."""
+    grid: dict[str, list[Any]] = {}
+    for word in " ".join(words).split():
+        key, sep, raw = word.partition("=")
+        if not sep or not key or not raw:
+            raise ValueError(f"--grid wants KEY=V1,V2,... words, got {word!r}")
+        if key in grid:
+            raise ValueError(f"--grid names {key!r} twice")
+        grid[key] = [run_config_value(f"{key}={v}")[1] for v in raw.split(",")]
+    return grid
+
+
+def grid_points(grid: Mapping[str, list[Any]]) -> list[Point]:
+    """Every combination of the grid's values, in the order the grid gives them."""
+    keys = list(grid)
+    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*grid.values())]
+
+
+def point_name(point: Mapping[str, Any]) -> str:
+    """A file-name-safe label of a grid point: ``method-fedavg_alpha-0.01``."""
+    text = "_".join(f"{k}-{v:g}" if isinstance(v, float) else f"{k}-{v}" for k, v in point.items())
+    return re.sub(r"[^A-Za-z0-9.=_+-]", "", text) or "default"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ripple-sweep",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[2:]),
+    )
+    p.add_argument(
+        "--grid", nargs="+", default=[], metavar="KEY=V1,V2", help="the keys and values to sweep"
+    )
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of every point (0)")
+    p.add_argument(
+        "--set",
+        type=run_config_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a run-config key for every run",
+    )
+    p.add_argument("--out", default="", help="folder for the results files")
+    p.add_argument("--reuse", action="store_true", help="read runs whose results file matches")
+    p.add_argument("--reuse-only", action="store_true", help="read finished runs, train nothing")
+    p.add_argument("--keep", default="", help="also keep each run's summary here (commit it)")
+    p.add_argument("--md", default=None, help="the Markdown table (default: <out>/sweep.md)")
+    p.add_argument("--json", default="", help="also write the JSON line to this file")
+    add_execution_flags(p)
+    return p
+
+
+def plan(args: argparse.Namespace, out: Path) -> list[tuple[Point, int, dict[str, Any]]]:
+    """(grid point, seed, run config) of every run; each config checked before anything runs."""
+    from ripple_flwr.app.run_config import parse_run_config
+    from ripple_flwr.settings import ConfigError
+
+    fixed = dict(args.set)
+    runs = []
+    for point in grid_points(args.grid_values) or [{}]:
+        for seed in args.seeds:
+            cfg = {**fixed, **point, "seed": seed}
+            cfg["results-path"] = str(out / f"{point_name(point)}-seed{seed}.json")
+            try:
+                settings = parse_run_config({k: v for k, v in cfg.items() if k != "results-path"})
+            except ConfigError as err:
+                raise SystemExit(f"ripple-sweep: {point_name(point)} seed {seed}: {err}") from None
+            if not settings.num_partitions:  # "the nodes that connect": none connect here
+                raise SystemExit(
+                    "ripple-sweep: every run needs its number of clients: "
+                    "--set num-partitions=N (or put num-partitions in --grid)"
+                )
+            runs.append((point, seed, cfg))
+    return runs
+
+
+def summarise_points(
+    runs: list[tuple[Point, int, dict[str, Any]]], got: Callable[[dict], dict | None]
+) -> list[dict[str, Any]]:
+    """Per grid point: every seed's final (and zero-shot) accuracy and wall time, with stats."""
+    rows: dict[str, dict[str, Any]] = {}
+    for point, seed, cfg in runs:
+        row = rows.setdefault(point_name(point), {"point": point, "seeds": {}})
+        row["seeds"][seed] = got(cfg)
+    out = []
+    for name, row in rows.items():
+        done = {s: r for s, r in row["seeds"].items() if r is not None}
+        zs = {s: (r.get("zero_shot") or {}).get("zero_shot_accuracy") for s, r in done.items()}
+        out.append(
+            {
+                "name": name,
+                "point": row["point"],
+                "final_accuracy": seed_stats({s: r["final_accuracy"] for s, r in done.items()}),
+                "zero_shot_accuracy": seed_stats(zs) if any(zs.values()) else None,
+                "wall_seconds": seed_stats({s: r["wall_seconds"] for s, r in done.items()}),
+                "seeds_missing": [s for s, r in row["seeds"].items() if r is None],
+            }
+        )
+    return out
+
+
+def markdown(args: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
+    keys = list(args.grid_values)
+    zero_shot = any(r["zero_shot_accuracy"] for r in rows)
+    fixed = ", ".join(f"{k}={v}" for k, v in dict(args.set).items()) or "the app's defaults"
+    md = [
+        f"Sweep over {', '.join(keys) or 'nothing'} ({fixed}), seeds "
+        f"{', '.join(str(s) for s in args.seeds)}. Cells: {INTERVAL}.",
+        "",
+        "| "
+        + " | ".join([*keys, "final acc. (%)", *(["zero-shot acc. (%)"] * zero_shot)])
+        + " | wall (s) | seeds |",
+        "|" + "---|" * (len(keys) + 3 + zero_shot),
+    ]
+    for r in rows:
+        cells = [str(r["point"][k]) for k in keys]
+        cells.append(fmt_stat(r["final_accuracy"], ".1f", 100))
+        if zero_shot:
+            cells.append(fmt_stat(r["zero_shot_accuracy"], ".1f", 100))
+        cells.append(fmt_stat(r["wall_seconds"], ".0f"))
+        n = len(args.seeds)
+        cells.append(f"{n - len(r['seeds_missing'])}/{n}")
+        md.append("| " + " | ".join(cells) + " |")
+    return "\n".join(md)
+
+
+def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = None) -> int:
+    """Run (or read) every point of the grid at every seed; Markdown and one JSON line."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    try:
+        args.grid_values = parse_grid(args.grid)
+    except ValueError as err:
+        p.error(str(err))
+    execution = execution_from(args, p)
+    out = Path(args.out or tempfile.mkdtemp(prefix="ripple-sweep-")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    runs = plan(args, out)
+    prepare_server_env(out, str(dict(args.set).get("checkpoint", "")), "")
+    stamp = machine_stamp()
+    runner = Runner(
+        reuse=args.reuse,
+        reuse_only=args.reuse_only,
+        train=train,
+        keep=args.keep,
+        made_on=stamp,
+        execution=execution,
+        on_result=tracker_hook(args, out),
+    )
+    try:
+        if not args.reuse_only:
+            runner.planning = True
+            for _, _, cfg in runs:
+                runner.get(cfg)
+            runner.planning = False
+            runner.run_pending()
+        rows = summarise_points(runs, lambda cfg: runner.get(cfg)[0])
+    except KeyboardInterrupt:
+        log("interrupted: finished runs are kept; run the same command with --reuse to go on")
+        return 130
+    text = markdown(args, rows)
+    md_path = Path(args.md or out / "sweep.md")
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    md_path.write_text(text + "\n")
+    print(text, file=sys.stderr)
+    line = json.dumps(
+        {
+            "sweep": args.grid_values,
+            "set": dict(args.set),
+            "seeds": args.seeds,
+            "interval": INTERVAL,
+            "machine": stamp,
+            "rows": rows,
+            "failed": {Path(k).name: v for k, v in runner.failed.items()},
+            "missing": [Path(m).name for m in runner.missing],
+            "markdown": str(md_path),
+        },
+        default=str,
+    )
+    print(line)
+    write_json_line(line, args.json)
+    return 1 if runner.failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
