@@ -34,3 +34,50 @@ def test_every_pretrain_bound_has_its_row():
     table, flags = reference.pretrain_options_table(), flag_names(build_parser())
     for dest, bound in BOUNDS.items():
         assert f"| `{flags[dest]}` |" in table and bound.text() in table, dest
+
+
+def _copy_pages(tmp_path):
+    for page in reference.PAGES:
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / page).write_text((reference.ROOT / page).read_text())
+
+
+def test_an_edited_number_in_a_results_block_is_found(tmp_path):
+    """The drift check can fail: one number changed in a copy of each page is caught."""
+    already = set(reference.stale_pages())
+    for page, number in (("README.md", "92.4 ± 0.2"), ("docs/results.md", "61.6 ± 17.6")):
+        _copy_pages(tmp_path)
+        text = (tmp_path / page).read_text()
+        assert number in text
+        (tmp_path / page).write_text(text.replace(number, "99.9 ± 0.1", 1))
+        assert set(reference.stale_pages(tmp_path)) - already == {page}
+
+
+def test_generated_cells_equal_the_committed_table_markdown():
+    """The generator formats every Table 1/2 cell as the tables' own Markdown does."""
+    from ripple_flwr.cli import evidence as ev
+
+    for name in ("table1_fashion_300rounds_3seeds", "table1_rotated_fashion_100rounds_seed42"):
+        md = (ev.RESULTS / f"{name}.md").read_text()
+        for row, stats in ev.load(f"{name}.json")["rows"].items():
+            line = next(x for x in md.splitlines() if x.startswith(f"| {row} |"))
+            assert f"| {ev.cell(stats['final_accuracy'])} |" in line, row
+    md = (ev.RESULTS / "table2_fashion_100rounds_3seeds.md").read_text()
+    for method, cells in ev.load("table2_fashion_100rounds_3seeds.json")["cells"].items():
+        line = next(x for x in md.splitlines() if x.startswith(f"| {method} |"))
+        for cell in cells.values():
+            assert f"| {ev.cell(cell['zero_shot_accuracy'])}" in line, method
+
+
+def test_recovered_cells_are_marked_and_oracles_not_ranked():
+    from ripple_flwr.cli import evidence as ev
+    from ripple_flwr.cli import evidence_table1
+
+    rec = ev.recovered("table1-fashion-mnist", 300)
+    assert sum(map(len, rec.values())) == 14
+    table = evidence_table1.full_table()
+    for row in rec:
+        line = next(x for x in table.splitlines() if x.startswith(f"| {ev.label(row)} |"))
+        assert "recovered from the table" in line
+    stats = {"oracle": {"mean": 0.99}, "a": {"mean": 0.5}, "b": {"mean": 0.5}, "c": {"mean": 0.4}}
+    assert ev.ranks(stats) == {"a": 1, "b": 1, "c": 2}

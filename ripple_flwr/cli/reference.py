@@ -5,7 +5,9 @@
 
 The pages keep their prose; only what stands between ``<!-- NAME:begin -->`` and
 ``<!-- NAME:end -->`` is generated (``methods`` in README.md and docs/methods.md,
-``options`` in docs/configuration.md, ``pretrain-options`` in docs/pretraining.md).
+``options`` in docs/configuration.md, ``pretrain-options`` in docs/pretraining.md, and
+every results table and number of ``PAGES`` from the committed ``docs/results/``:
+:mod:`ripple_flwr.cli.evidence_table1`, :mod:`ripple_flwr.cli.evidence_pages`).
 ``tests/test_reference.py`` fails when a committed page differs from what this writes.
 """
 
@@ -17,14 +19,26 @@ import sys
 from pathlib import Path
 
 from ripple_flwr.app.registry import METHODS, all_options
+from ripple_flwr.cli import evidence_pages, evidence_table1
 from ripple_flwr.settings import Option, RunSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = {
-    "README.md": ("methods",),
+    "README.md": ("methods", "table1-headline", "default-run"),
     "docs/methods.md": ("methods",),
     "docs/configuration.md": ("options",),
     "docs/pretraining.md": ("pretrain-options",),
+    "docs/results.md": (
+        "table1-full",
+        "table1-sweep",
+        "fesem-k10",
+        "table2",
+        "table1-rotated",
+        "table2-rotated",
+        "which-method-when",
+        "figures",
+    ),
+    "docs/ripple-hdb.md": ("hdb",),
 }
 
 
@@ -82,17 +96,35 @@ GENERATORS = {
     "methods": method_table,
     "options": options_table,
     "pretrain-options": pretrain_options_table,
+    # Numbers from the committed results (docs/results/), never typed by hand.
+    "table1-headline": evidence_table1.headline,
+    "table1-full": evidence_table1.full_table,
+    "table1-sweep": evidence_table1.sweep,
+    "fesem-k10": evidence_table1.fesem_k10,
+    "table1-rotated": evidence_table1.rotated,
+    "table2": evidence_pages.table2,
+    "table2-rotated": evidence_pages.table2_rotated,
+    "which-method-when": evidence_pages.which_when,
+    "figures": evidence_pages.figures,
+    "hdb": evidence_pages.hdb,
+    "default-run": evidence_pages.default_run,
 }
 
 
 def render(text: str, names: tuple[str, ...]) -> str:
-    """``text`` with every named generated block rewritten; a missing marker is an error."""
+    """``text`` with every named generated block rewritten; a missing marker is an error.
+
+    A block whose begin marker ends its line is rewritten as lines; one whose begin marker
+    is followed by text on the same line is an inline block (a phrase inside a sentence).
+    """
     for name in names:
-        pattern = re.compile(rf"(<!-- {name}:begin -->\n).*?(<!-- {name}:end -->)", re.S)
+        pattern = re.compile(rf"(<!-- {name}:begin -->)(\n?).*?(<!-- {name}:end -->)", re.S)
         if not pattern.search(text):
             raise ValueError(f"no <!-- {name}:begin --> ... <!-- {name}:end --> markers")
         body = GENERATORS[name]()
-        text = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text)
+        text = pattern.sub(
+            lambda m, body=body: m.group(1) + m.group(2) + body + m.group(2) + m.group(3), text
+        )
     return text
 
 
