@@ -140,13 +140,15 @@ def chains(links: Iterable[Link]) -> list[Job]:
         for link in links
         if link.resume_from in by_resume and by_resume[link.resume_from] is not link
     }
-    jobs: dict[str, list[Link]] = {}
+    jobs: dict[str, list[tuple[int, Link]]] = {}
     for link in links:
-        head = link.path
+        head, depth = link.path, 0
         while head in follows:
-            head = follows[head]
-        jobs.setdefault(head, []).append(link)
-    return [Job(tuple(chain)) for chain in jobs.values()]
+            head, depth = follows[head], depth + 1
+        jobs.setdefault(head, []).append((depth, link))
+    return [
+        Job(tuple(link for _, link in sorted(chain, key=lambda d: d[0]))) for chain in jobs.values()
+    ]
 
 
 def build(

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ripple_flwr.experiments.executor import Outcome
 from ripple_flwr.experiments.launch import (
     add_execution_flags,
     execution_from,
@@ -145,6 +146,21 @@ def summarise_points(
     return out
 
 
+def ran(outcome: Outcome) -> dict[str, Any]:
+    """Where and when one run of this invocation ran, and its task's start-up before round 1."""
+    timings = (outcome.results or {}).get("timings") or {}
+    setup = sum(float(timings.get(k) or 0.0) for k in ("data", "pretrain_or_load", "query"))
+    return {
+        "name": Path(outcome.path).name,
+        "ray_node": outcome.ray_node,
+        "node": outcome.machine.get("node"),
+        "error": outcome.error,
+        "seconds": outcome.run_end - outcome.run_start,
+        # task start to its first round: imports, threads, data, router, the query round
+        "to_first_round": outcome.run_start - outcome.task_start + setup,
+    }
+
+
 def markdown(args: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
     keys = list(args.grid_values)
     zero_shot = any(r["zero_shot_accuracy"] for r in rows)
@@ -181,8 +197,9 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     execution = execution_from(args, p)
     out = Path(args.out or tempfile.mkdtemp(prefix="ripple-sweep-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    fixed = dict(args.set)
+    prepare_server_env(out, str(fixed.get("checkpoint", "")), str(fixed.get("cache-dir", "")))
     runs = plan(args, out)
-    prepare_server_env(out, str(dict(args.set).get("checkpoint", "")), "")
     stamp = machine_stamp()
     runner = Runner(
         reuse=args.reuse,
@@ -218,6 +235,7 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
             "machine": stamp,
             "rows": rows,
             "failed": {Path(k).name: v for k, v in runner.failed.items()},
+            "ran": [ran(o) for o in runner.outcomes],
             "missing": [Path(m).name for m in runner.missing],
             "markdown": str(md_path),
         },
