@@ -272,3 +272,59 @@ def test_simulation_on_two_node_ray_cluster(tmp_path, ray_tmp):
     assert not temp_dir.exists()
     assert (address_file.read_text() if address_file.exists() else None) == address_before
     assert os.environ.get("RAY_ADDRESS") == env_address_before
+
+
+def test_a_sweep_runs_its_tasks_on_both_nodes_of_a_cluster_with_the_serial_results(
+    tmp_path, ray_tmp, monkeypatch
+):
+    """ripple-sweep --ray-address on a two-node cluster: 4 tiny runs, tasks on both nodes,
+    every results file equal to the serial run's (timings and paths aside), all stopped."""
+    from test_sweep import TINY, comparable, sets
+
+    from ripple_flwr.experiments import sweep
+
+    monkeypatch.setenv("RIPPLE_OUTPUT_DIR", os.environ.get("RIPPLE_OUTPUT_DIR", ""))
+    grid = ["--grid", "method=fedavg,ifca", "--seeds", "0", "1", *sets(TINY), "--no-progress"]
+    serial = tmp_path / "serial"
+    assert sweep.main([*grid, "--out", str(serial), "--jobs", "1"]) == 0
+
+    temp_dir, marker = ray_tmp / "r", f"RAY_TMPDIR={ray_tmp}"
+    head_address = f"127.0.0.1:{free_port()}"
+    node_env = flower_env(tmp_path / "home-ray", ray_tmp)
+    node_env.pop("RAY_ADDRESS", None)
+    common = ["--num-cpus", "1", "--num-gpus", "0", "--object-store-memory", str(200 * 2**20)]
+    common += ["--disable-usage-stats", "--block"]
+    procs, out = Processes(tmp_path), tmp_path / "cluster"
+    try:
+        procs.start(
+            "ray-head",
+            ["ray", "start", "--head", "--port", head_address.rpartition(":")[2]]
+            + ["--temp-dir", str(temp_dir), "--include-dashboard", "false"]
+            + ["--ray-client-server-port", str(free_port()), *common],
+            node_env,
+        )
+        _wait_for_log(procs, "ray-head", "Ray runtime started", 60)
+        procs.start("ray-worker", ["ray", "start", "--address", head_address, *common], node_env)
+        _wait_for_log(procs, "ray-worker", "Ray runtime started", 60)
+        done = subprocess.run(
+            ["ripple-sweep", *grid, "--out", str(out), "--ray-address", head_address]
+            + ["--jobs", "2"],
+            env=node_env,
+            capture_output=True,
+            text=True,
+            timeout=300 * TIMEOUT_SCALE,
+        )
+    finally:
+        late = _stop_all(procs, marker)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    line = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(line["ran"]) == 4 and not line["failed"]
+    # Ray's own node ids, read in each task: both nodes ran tasks.
+    assert len({r["ray_node"] for r in line["ran"]}) == 2, line["ran"]
+    for path in sorted(serial.glob("method-*.json")):
+        there = json.loads((out / path.name).read_text())
+        assert comparable(there) == comparable(json.loads(path.read_text())), path.name
+    assert not late, f"still running after SIGTERM: {late}"
+    for name, proc, _ in procs.procs:
+        assert proc.poll() is not None, f"{name} still running"
