@@ -27,11 +27,13 @@ LabelKind = Literal["class", "domain"]
 Refine = Literal["none", "hdb"]
 ClientData = Literal["benchmark", "local"]
 ScoreWeighting = Literal["clients", "examples"]
+Tracker = Literal["none", "mlflow", "tensorboard", "wandb"]
 SAMPLINGS: tuple[str, ...] = get_args(Sampling)
 ROUTERS: tuple[str, ...] = get_args(Router)
 LABEL_KINDS: tuple[str, ...] = get_args(LabelKind)
 REFINES: tuple[str, ...] = get_args(Refine)
 CLIENT_DATAS: tuple[str, ...] = get_args(ClientData)
+TRACKERS: tuple[str, ...] = get_args(Tracker)
 
 
 class ConfigError(ValueError):
@@ -308,6 +310,14 @@ class RunSettings:
     )
     overwrite_results: bool = option(
         False, "replace an existing results file (and its .png / .run.pt)"
+    )
+    tracker: Tracker = option(
+        "none",
+        "send the finished run to an experiment tracker: none | mlflow | tensorboard | wandb "
+        '(offline; pip install "ripple-flwr[track]"; docs/tracking.md)',
+    )
+    tracker_dir: str = option(
+        "", 'the tracker\'s folder inside $RIPPLE_OUTPUT_DIR ("" = <output folder>/tracking)'
     )
     checkpoint_every: int = option(
         0,

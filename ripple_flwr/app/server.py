@@ -221,6 +221,8 @@ RESUME_MAY_CHANGE = (
     "alpha-new",
     "best-by-loss",
     "headline-weighting",
+    "tracker",
+    "tracker-dir",
 )
 
 
@@ -324,6 +326,9 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     log.info("Ripple run: %s", json.dumps(settings.to_dict()))
     results_path = confined_results_path(settings)  # before any work
     confined_checkpoint(settings)  # (cache-dir: parse_run_config, on clients too)
+    from ripple_flwr.runs.tracking import tracker_folder
+
+    tracker_folder(settings)  # the tracker installed, tracker-dir confined: before any work
     bound = load_partition_map(settings.total_partitions)  # a bad file: one line, before work
     saved_state = load_resume_state(settings) if settings.resume else None
 
@@ -440,4 +445,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
         path,
         path.with_suffix(".png"),
     )
+    from ripple_flwr.runs.tracking import track_finished_run
+
+    track_finished_run(settings, path)  # a tracker that fails is logged; the results stay
     return path
