@@ -191,7 +191,7 @@ def interval(seeds: list[int]) -> str:
 def recovered(folder: str, rounds: int) -> dict[str, list[str]]:
     """Per row, the seeds whose kept summary was rebuilt from the table's own JSON.
 
-    ``benchmarks/tables_recover.py`` wrote those summaries after the runs' results files
+    ``python -m ripple_flwr.experiments.recover`` wrote those summaries after the runs' results files
     were lost (``recovered_from`` names the table); their cells cannot be traced to a run.
     """
     out: dict[str, list[str]] = {}

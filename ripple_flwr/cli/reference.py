@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from ripple_flwr.app.registry import METHODS, all_options
-from ripple_flwr.cli import evidence_pages, evidence_table1
+from ripple_flwr.cli import evidence_pages, evidence_speed, evidence_table1
 from ripple_flwr.settings import Option, RunSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +39,7 @@ PAGES = {
         "figures",
     ),
     "docs/ripple-hdb.md": ("hdb",),
+    "docs/sweeps.md": ("sweep-speed",),
 }
 
 
@@ -108,6 +109,7 @@ GENERATORS = {
     "figures": evidence_pages.figures,
     "hdb": evidence_pages.hdb,
     "default-run": evidence_pages.default_run,
+    "sweep-speed": evidence_speed.sweep_speed,
 }
 
 

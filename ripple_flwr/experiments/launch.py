@@ -5,17 +5,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ripple_flwr.experiments.executor import Execution
 from ripple_flwr.runs.outputs import CHECKPOINT_DIR_ENV, OUTPUT_DIR_ENV
-from ripple_flwr.settings import CACHE_DIR_ENV
+from ripple_flwr.runs.tracking import TrackerError, check_tracker, open_command
+from ripple_flwr.settings import CACHE_DIR_ENV, TRACKERS
 
 __all__ = ["add_execution_flags", "execution_from", "prepare_server_env", "tracker_hook"]
-
-TRACKERS = ("none", "mlflow", "tensorboard", "wandb")
 
 
 def add_execution_flags(p: argparse.ArgumentParser) -> None:
@@ -84,7 +84,15 @@ def tracker_hook(args: argparse.Namespace, out: Path) -> Callable[[Mapping[str, 
         return None
     from ripple_flwr.runs.tracking import track_run
 
+    try:
+        check_tracker(args.tracker)  # before any run: a missing package is one line
+    except TrackerError as err:
+        raise SystemExit(f"--tracker: {err}") from None
     where = Path(args.tracker_dir or out / "tracking").expanduser().resolve()
+    print(
+        f"tracking every run in {where}; open it with: {open_command(args.tracker, where)}",
+        file=sys.stderr,
+    )
 
     def hook(results: Mapping[str, Any]) -> None:
         track_run(results, args.tracker, where)

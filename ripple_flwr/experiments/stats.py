@@ -1,4 +1,4 @@
-"""Table cells of benchmarks/tables.py: what one run gives, statistics over seeds, best K.
+"""Table cells of ripple-tables: what one run gives, statistics over seeds, best K.
 
 A cell keeps every seed's number and prints the mean +- 2 sigma over the seeds,
 sigma the sample standard deviation (ddof = 1); a single seed prints its value

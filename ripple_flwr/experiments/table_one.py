@@ -1,4 +1,4 @@
-"""Table 1 of benchmarks/tables.py: every row on one federation, over seeds, with the K sweep.
+"""Table 1 of ripple-tables: every row on one federation, over seeds, with the K sweep.
 
 Each row runs at every seed of ``--seeds``; a row whose method sweeps K (the
 registry's ``sweeps_k``: IFCA, FeSEM) runs, with ``--sweep-k``, at the best K

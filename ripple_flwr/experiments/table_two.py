@@ -1,4 +1,4 @@
-"""Table 2 of benchmarks/tables.py: zero-shot new clients per alpha_train x alpha_test, over seeds.
+"""Table 2 of ripple-tables: zero-shot new clients per alpha_train x alpha_test, over seeds.
 
 Each (row, alpha_train, K, seed) trains once: the first alpha_test's run saves
 its final server state, the other alpha_test values resume that finished run
