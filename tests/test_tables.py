@@ -1,4 +1,4 @@
-"""ripple-tables (ripple_flwr.experiments.tables): cells over seeds, the K sweep, --reuse-only, the figures, the presets.
+"""ripple-tables: cells over seeds, the K sweep, --reuse-only, the figures, the presets.
 
 Most tests build the tables from a fake trainer that writes hand-made results
 files (no training); the two marked slow run tiny real federations end to end.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import get_args
 
@@ -287,10 +286,9 @@ def test_rotated_preset_labels_by_domain_with_four_components(tmp_path, capsys):
 
 
 def test_clusters_ari_of_a_domain_run_is_against_the_clients_rotation():
-    from ripple_flwr.experiments.stats import clusters_ari
-
     from ripple_flwr.data.federation import build_federation
     from ripple_flwr.data.registry import load_dataset
+    from ripple_flwr.experiments.stats import clusters_ari
 
     ds = load_dataset("rotated-mnist-5k")
     kw = {"num_partitions": 6, "partition_size": 60, "alpha": 0.1, "aux_size": 300}
@@ -375,6 +373,7 @@ def test_small_multiples_draw_each_method_in_its_familys_panel():
 
 def test_table2_bars_group_by_column_with_two_sigma_error_bars():
     from matplotlib.container import BarContainer
+
     from ripple_flwr.experiments.plots import bars_figure
     from ripple_flwr.experiments.stats import seed_stats
 

@@ -191,8 +191,9 @@ def interval(seeds: list[int]) -> str:
 def recovered(folder: str, rounds: int) -> dict[str, list[str]]:
     """Per row, the seeds whose kept summary was rebuilt from the table's own JSON.
 
-    ``python -m ripple_flwr.experiments.recover`` wrote those summaries after the runs' results files
-    were lost (``recovered_from`` names the table); their cells cannot be traced to a run.
+    ``python -m ripple_flwr.experiments.recover`` wrote those summaries after the runs'
+    results files were lost (``recovered_from`` names the table); their cells cannot be
+    traced to a run.
     """
     out: dict[str, list[str]] = {}
     for s in summaries(folder):
