@@ -159,3 +159,20 @@ def test_a_run_gives_the_same_results_file_serially_and_as_a_local_ray_task(
     assert list(ray_runs) == list(serial_runs)
     for name, results in ray_runs.items():
         assert comparable(results) == comparable(serial_runs[name]), name
+
+
+def test_tracker_gets_every_finished_run_of_a_sweep(tmp_path, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    fake, out = FakeTrainer(), tmp_path / "o"
+    argv = ["--grid", "method=fedavg,ifca", "--seeds", "0", "1", *sets(TINY), "--out", str(out)]
+    code, line = run_sweep([*argv, "--tracker", "tensorboard"], capsys, fake)
+    assert code == 0
+    runs = sorted(p.name for p in (out / "tracking").iterdir())
+    assert runs == sorted(Path(c["results-path"]).stem for c in fake.configs) and len(runs) == 4
+    for cfg in fake.configs:
+        events = EventAccumulator(str(out / "tracking" / Path(cfg["results-path"]).stem))
+        events.Reload()
+        final = json.loads(Path(cfg["results-path"]).read_text())["accuracy_per_round"]
+        last = final[max(final, key=int)]["weighted_mean"]
+        assert events.Scalars("accuracy/weighted_mean")[-1].value == pytest.approx(last, rel=1e-6)

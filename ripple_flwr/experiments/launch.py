@@ -95,6 +95,10 @@ def tracker_hook(args: argparse.Namespace, out: Path) -> Callable[[Mapping[str, 
     )
 
     def hook(results: Mapping[str, Any]) -> None:
-        track_run(results, args.tracker, where)
+        try:
+            track_run(results, args.tracker, where)
+        except Exception as err:  # the run is kept; only its record in the tracker is lost
+            name = Path(str(results.get("settings", {}).get("results-path", "?"))).name
+            print(f"warning: could not track {name}: {err}", file=sys.stderr)
 
     return hook
