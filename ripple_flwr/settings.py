@@ -17,7 +17,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
@@ -202,7 +202,13 @@ class RunSettings:
     label_kind: LabelKind = option(
         "class", "clusters follow the class, or the domain (rotated-* datasets)"
     )
-    num_partitions: int = option(20, "training clients", low=1, high=1_000_000)
+    num_partitions: int = option(
+        0,
+        "training clients (0 = the nodes that connect, less new-clients: in simulation the "
+        "number of SuperNodes)",
+        low=0,
+        high=1_000_000,
+    )
     new_clients: int = option(
         0, "held-out clients onboarded zero-shot after training", low=0, high=1_000_000
     )
@@ -325,7 +331,11 @@ class RunSettings:
         low=0,
         high=1_000_000,
     )
-    resume: str = option("", "continue a run from its <results>.resume.npz")
+    resume: str = option(
+        "auto",
+        "auto (continue from <results>.resume.npz when checkpoint-every > 0 and it exists) | "
+        "fresh | a <results>.resume.npz to continue from",
+    )
     node_wait_timeout: float = option(
         60.0, "seconds to wait for the nodes", low=0, low_open=True, finite=False
     )
@@ -402,7 +412,7 @@ class RunSettings:
             raise ConfigError("channels must be 1 (grey), 3 (RGB) or 0 (the data's own), got 2")
         if self.pretrain_client_size == 1:
             raise ConfigError("pretrain-client-size must be 0 (= partition-size) or >= 2")
-        if self.clients_per_round > self.num_partitions:
+        if self.num_partitions and self.clients_per_round > self.num_partitions:
             raise ConfigError(
                 f"clients-per-round={self.clients_per_round} exceeds num-partitions="
                 f"{self.num_partitions}"
@@ -423,6 +433,29 @@ class RunSettings:
     def total_partitions(self) -> int:
         """Training clients plus held-out new clients: the number of SuperNodes."""
         return self.num_partitions + self.new_clients
+
+    @property
+    def partitions_from_nodes(self) -> bool:
+        """``num-partitions = 0``: the run takes the nodes that connect (see :meth:`with_nodes`)."""
+        return self.num_partitions == 0
+
+    def with_nodes(self, num_nodes: int) -> RunSettings:
+        """``num-partitions = 0`` settled: ``num_nodes`` SuperNodes, less the new clients, train.
+
+        ``clients-per-round`` is capped at that number. Settings with an explicit
+        ``num-partitions`` are returned unchanged.
+        """
+        if not self.partitions_from_nodes:
+            return self
+        train = int(num_nodes) - self.new_clients
+        if train < 1:
+            raise ConfigError(
+                f"num-partitions=0 takes the nodes that connect, less new-clients="
+                f"{self.new_clients}; {num_nodes} node(s) leave no training client"
+            )
+        return replace(
+            self, num_partitions=train, clients_per_round=min(self.clients_per_round, train)
+        )
 
     @property
     def explained_variance_or_none(self) -> float | None:

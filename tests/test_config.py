@@ -48,7 +48,7 @@ def test_parse_types_and_derived_values():
         ({"test-fraction": 1.0}, "test-fraction"),
         ({"explained-variance": 1.5}, "explained-variance"),
         ({"momentum": 1.0}, "momentum"),
-        ({"clients-per-round": 30}, "exceeds num-partitions"),
+        ({"clients-per-round": 30, "num-partitions": 20}, "exceeds num-partitions"),
         ({"J": 5}, "J=5 is too large for 28x28"),
         ({"num-partitions": 25}, "mnist-5k has 5000 images"),
         ({"round-timeout": 0.0}, "round-timeout"),

@@ -307,9 +307,35 @@ def node_data(context: Context) -> tuple[RunSettings, ClientData]:
     settings = settings_from_context(context.run_config)
     node_config = dict(context.node_config)
     check_mode(settings, node_config)
+    settings = node_settings(settings, node_config)
     if settings.client_data == "local":
         return settings, local_data(settings, node_config, context.state)
     return settings, benchmark_data(settings, check_partition(settings, node_config))
+
+
+def node_settings(settings: RunSettings, node_config: dict[str, Any]) -> RunSettings:
+    """``num-partitions = 0`` as this node sees it: its node config's ``num-partitions``.
+
+    In simulation every node's ``num-partitions`` is the number of SuperNodes, the
+    count the server settles on; the benchmark partitions are built for it. A node
+    with its own data needs no count: its settings stay as the run config says.
+    """
+    if not settings.partitions_from_nodes or settings.client_data == "local":
+        return settings
+    if "num-partitions" not in node_config:
+        raise ValueError(
+            "num-partitions=0 takes the number of nodes from each node's config, but this "
+            "node's lacks 'num-partitions'; start the SuperNode with --node-config "
+            "'partition-id=<i> num-partitions=<n>', or set num-partitions in the run config"
+        )
+    n = int(node_config["num-partitions"])
+    cached = _NODE_SETTINGS.get(n)
+    if cached is None or cached[0] is not settings:  # settings_from_context: one per config
+        cached = _NODE_SETTINGS[n] = (settings, settings.with_nodes(n))
+    return cached[1]
+
+
+_NODE_SETTINGS: dict[int, tuple[RunSettings, RunSettings]] = {}
 
 
 def answers_data_errors(handler: Callable[[Message, Context], Message]):
@@ -359,6 +385,8 @@ def handle_query(msg: Message, context: Context) -> Message:
         "seconds": float(seconds),
         "data": data.source,
     }
+    if settings.partitions_from_nodes:  # own data, num-partitions=0: the server counts
+        info.pop("num-partitions")
     if data.source == "local":
         info.update(
             {

@@ -154,7 +154,8 @@ def local_data(
         "columns": [image_column, label_column],
     }
     key = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:24]
-    split_key = f"{key}-{seed}-{test_fraction!r}"
+    # The name too: the same folder under another name is another node (it reports that name).
+    split_key = f"{key}-{seed}-{test_fraction!r}-{node_name(node_config)}"
     if split_key in _LOCAL:
         return _LOCAL[split_key]
     images, labels = _decoded(settings, key, path, classes, shape, image_column, label_column)

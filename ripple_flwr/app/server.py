@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -20,8 +22,14 @@ from flwr.serverapp import Grid
 
 from ripple_flwr.app.records import mechanism_records, state_to_record
 from ripple_flwr.app.registry import MethodInputs, get_method
-from ripple_flwr.app.run_config import check_image_shape, parse_run_config, settings_defaults
+from ripple_flwr.app.run_config import (
+    check_image_shape,
+    check_run,
+    parse_run_config,
+    settings_defaults,
+)
 from ripple_flwr.app.run_data import RunData, resolve_run_data
+from ripple_flwr.app.strategies.core.admission import wait_for_settled_nodes
 from ripple_flwr.app.strategies.core.claims import load_partition_map
 from ripple_flwr.app.strategies.core.zero_shot import onboard_new_clients
 from ripple_flwr.data import Federation
@@ -36,12 +44,14 @@ from ripple_flwr.router.pretrain import (
 )
 from ripple_flwr.router.synthetic import BANK_FORMAT_VERSION
 from ripple_flwr.runs.outputs import (
+    OUTPUT_DIR_ENV,
+    RESUME_AUTO,
     confined_checkpoint,
-    confined_path,
     confined_results_path,
     output_folder,
+    resume_source,
 )
-from ripple_flwr.runs.results import tail_mean, write_results
+from ripple_flwr.runs.results import tail_mean, write_results, write_status
 from ripple_flwr.runs.resume import load_server_state
 from ripple_flwr.settings import ConfigError, RunSettings
 from ripple_flwr.training.models import build_model, get_state
@@ -226,14 +236,21 @@ RESUME_MAY_CHANGE = (
 )
 
 
-def load_resume_state(settings: RunSettings) -> dict[str, Any]:
-    """The server state to resume from, checked against this run before any work."""
-    path = confined_path(
-        "resume",
-        settings.resume,
-        [output_folder()],
-        "resume from the <results>.resume.npz a run wrote there",
-    )
+AUTO_FIX = (
+    '\n(resume="auto" continues the run of this results-path; to start it afresh set '
+    'resume="fresh" and overwrite-results=true, or choose another results-path)'
+)
+
+
+def load_resume_state(settings: RunSettings, path: Path) -> dict[str, Any]:
+    """The server state to resume from (``path``), checked against this run before any work.
+
+    ``path`` comes from :func:`~ripple_flwr.runs.outputs.resume_source`: with
+    ``resume = "auto"`` it is the run's own ``<results>.resume.npz``, and a checkpoint
+    of the final round (the run died after it, before its results were written) is
+    finished: the run writes its results without training again.
+    """
+    auto = settings.resume.strip() == RESUME_AUTO
     try:
         state = load_server_state(path)
     except (FileNotFoundError, IntegrityError) as err:
@@ -251,9 +268,13 @@ def load_resume_state(settings: RunSettings) -> dict[str, Any]:
         raise ConfigError(
             f"cannot resume from {path}: the run's settings differ from the interrupted run's:\n  "
             + "\n  ".join(differ)
+            + (AUTO_FIX if auto else "")
         )
     done = int(state["round"]) >= settings.num_server_rounds
-    if done and settings.new_clients and int(state["round"]) == settings.num_server_rounds:
+    last = int(state["round"]) == settings.num_server_rounds
+    if done and last and auto:
+        log.info("%s is after the last round: writing the run's results", path)
+    elif done and settings.new_clients and last:
         log.info("%s is a finished run: onboarding its new clients only", path)
     elif done:
         raise ConfigError(
@@ -318,8 +339,108 @@ def ship_embedding_dp(settings: RunSettings, ckpt, data: RunData, strategy) -> d
     return info
 
 
+def app_folder() -> Path | None:
+    """The folder of the app bundle this process runs (the loaded ``server_app.py``'s)."""
+    module = sys.modules.get("server_app")
+    where = getattr(module, "__file__", None)
+    return Path(where).resolve().parent if where else None
+
+
+def differs_from_app(app: Path | None, folder: Path, limit: int = 3) -> list[str]:
+    """The bundle's Python files that ``folder`` lacks or holds otherwise (at most ``limit``).
+
+    Empty when ``folder`` is the bundle itself, holds the same app, or the bundle is unknown.
+    """
+    if app is None or app == folder:
+        return []
+    files = [app / "server_app.py", app / "client_app.py", *sorted(app.glob("ripple_flwr/**/*.py"))]
+    out = []
+    for f in files:
+        other = folder / f.relative_to(app)
+        if f.is_file() and (not other.is_file() or other.read_bytes() != f.read_bytes()):
+            out.append(str(f.relative_to(app)))
+            if len(out) >= limit:
+                break
+    return out
+
+
+def log_folders(settings: RunSettings) -> dict[str, Any]:
+    """Say, at start, where this server writes and caches, and warn when it is not the app's.
+
+    The local SuperLink that ``flwr run .`` starts keeps the working folder, HOME and
+    environment of whoever started it first; a run submitted later from another checkout
+    runs in that folder. Flower tells the ServerApp nothing of the folder a run was
+    submitted from, so the check is the next best: the server's working folder must hold
+    the submitted bundle's own app files (else it is another folder, or another version).
+    """
+    cwd = Path.cwd().resolve()
+    app = app_folder()
+    folders: dict[str, Any] = {
+        "output_folder": str(output_folder().expanduser().resolve()),
+        "output_folder_from": OUTPUT_DIR_ENV if os.environ.get(OUTPUT_DIR_ENV) else "cwd",
+        "cache_folder": str(settings.cache_root().expanduser().resolve()),
+        "working_folder": str(cwd),
+        "home": str(Path.home()),
+        "app_folder": None if app is None else str(app),
+    }
+    log.info(
+        "Ripple server (pid %d): results under %s, caches under %s; working folder %s, "
+        "HOME %s, app bundle %s",
+        os.getpid(),
+        folders["output_folder"],
+        folders["cache_folder"],
+        cwd,
+        folders["home"],
+        app or "(not known)",
+    )
+    differ = differs_from_app(app, cwd)
+    folders["working_folder_differs_from_app"] = differ
+    if differ and not os.environ.get(OUTPUT_DIR_ENV):
+        log.warning(
+            "this server's working folder %s is not the app folder that was submitted (its "
+            "%s differ from the bundle's or are missing): results go to %s and caches to %s, "
+            "the folders of the process that started this SuperLink. If that is not your "
+            "checkout, stop the local SuperLink (docs/deployment.md, 'The local SuperLink') "
+            "so that your next `flwr run .` starts one in your folder, or set %s before it "
+            "starts.",
+            cwd,
+            ", ".join(differ),
+            folders["output_folder"],
+            folders["cache_folder"],
+            OUTPUT_DIR_ENV,
+        )
+    return folders
+
+
+def settle_partitions(grid: Grid, settings: RunSettings) -> RunSettings:
+    """``num-partitions = 0``: wait for the node count to settle and take it.
+
+    The benchmark partitions are then built for that many nodes (less the new
+    clients); each simulated node builds the same from its own node config's
+    ``num-partitions``. An explicit ``num-partitions`` is returned unchanged.
+    """
+    if not settings.partitions_from_nodes:
+        return settings
+    nodes = wait_for_settled_nodes(grid, settings.node_wait_timeout)
+    resolved = settings.with_nodes(nodes)
+    check_run(resolved)  # e.g. mnist-5k's 5,000 images for that many partitions
+    log.info(
+        "num-partitions=0: %d node(s) connected; the run has %d training partitions%s and "
+        "trains %d a round",
+        nodes,
+        resolved.num_partitions,
+        f" and {resolved.new_clients} new clients" if resolved.new_clients else "",
+        resolved.clients_per_round,
+    )
+    return resolved
+
+
 def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
-    """The whole ServerApp: validate, route, federate, evaluate, write results."""
+    """The whole ServerApp: validate, route, federate, evaluate, write results.
+
+    From the moment its results path is known the run keeps ``<results>.status`` up
+    to date (``running``, then ``failed`` with the error, or ``completed``).
+    """
     t_start = time.perf_counter()
     avoid_hugepage_stalls()
     settings = parse_run_config(run_config)
@@ -329,8 +450,42 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     from ripple_flwr.runs.tracking import tracker_folder
 
     tracker_folder(settings)  # the tracker installed, tracker-dir confined: before any work
+    resume_file = resume_source(settings, results_path)  # confined, before any work
+    folders = log_folders(settings)
+    stage = {"stage": "starting"}
+    write_status(results_path, "running", **stage, folders=folders)
+    try:
+        path = _run_server(grid, settings, results_path, resume_file, folders, stage, t_start)
+    except BaseException as err:
+        own = results_path.with_suffix(".resume.npz")
+        write_status(
+            results_path,
+            "failed",
+            **stage,
+            error=f"{type(err).__name__}: {' '.join(str(err).split())}",
+            resume_file=str(own) if own.is_file() else None,
+            folders=folders,
+        )
+        raise
+    write_status(results_path, "completed", stage="done", folders=folders)
+    return path
+
+
+def _run_server(
+    grid: Grid,
+    settings: RunSettings,
+    results_path: Path,
+    resume_file: Path | None,
+    folders: dict[str, Any],
+    stage: dict[str, str],
+    t_start: float,
+) -> Path:
+    stage["stage"] = "waiting for nodes"
+    requested_partitions = settings.num_partitions
+    settings = settle_partitions(grid, settings)
+    stage["stage"] = "preparing"
     bound = load_partition_map(settings.total_partitions)  # a bad file: one line, before work
-    saved_state = load_resume_state(settings) if settings.resume else None
+    saved_state = None if resume_file is None else load_resume_state(settings, resume_file)
 
     pretrained = pretrained_report(settings)
     t0 = time.perf_counter()
@@ -354,6 +509,8 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     embedding_dp = None
     if settings.embedding_dp_epsilon:
         embedding_dp = ship_embedding_dp(settings, ckpt, data, strategy)
+    if resume_file is not None:
+        log.info("resume=%r: continuing from %s", settings.resume, resume_file)
     if settings.checkpoint_every:
         strategy.checkpoint_path = results_path.with_suffix(".resume.npz")
     if saved_state is not None:
@@ -364,9 +521,10 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
         try:
             strategy.restore_server_state(saved_state)
         except (ValueError, TypeError, KeyError) as err:  # a state this run cannot continue
-            raise ConfigError(f"cannot resume from {settings.resume}: {err}") from err
+            raise ConfigError(f"cannot resume from {resume_file}: {err}") from err
         state = saved_state["fields"].get("latest_global") or state
-        log.info("resumed after round %d from %s", strategy.round_offset, settings.resume)
+        log.info("resumed after round %d from %s", strategy.round_offset, resume_file)
+    stage["stage"] = "rounds"
     result = strategy.start(
         grid,
         state_to_record(state),
@@ -374,6 +532,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
         timeout=settings.round_timeout,
     )
     del result
+    stage["stage"] = "finishing"
     zero_shot = onboard_new_clients(strategy, grid) if settings.new_clients else {}
 
     record = {**strategy.run_record(), "zero_shot": zero_shot}
@@ -390,7 +549,11 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     score = "weighted_mean" if settings.headline_weighting == "examples" else "mean"
     accuracy = [e["accuracy"][score] for e in record["evaluations"]]
     results = {
+        "status": "completed",
         "settings": settings.to_dict(),
+        # num-partitions=0: the settings record the count the run settled on.
+        "num_partitions_from": "nodes" if requested_partitions == 0 else "run config",
+        "server_folders": folders,
         "federation": data.record(),
         "checkpoint": checkpoint_info,
         "pretrained": pretrained,

@@ -89,7 +89,7 @@ def confined_results_path(settings: RunSettings) -> Path:
         )
     if path.is_dir():
         raise ConfigError(f"results-path {path} is a folder; name a .json file inside it")
-    resumed = Path(settings.resume).expanduser().resolve() if settings.resume else None
+    resumed = resume_source(settings, path)
     existing = [
         p
         for p in (path, *(path.with_suffix(s) for s in SIDE_FILES))
@@ -137,6 +137,33 @@ def confined_cache_dir(settings: RunSettings) -> Path | None:
         [output_folder(), machine_cache_root()],
         f'leave cache-dir="" (the machine\'s own cache), name a folder inside these, or, on '
         f"the machine, set {CACHE_DIR_ENV} or {OUTPUT_DIR_ENV} to one that holds it",
+    )
+
+
+RESUME_AUTO = "auto"
+RESUME_FRESH = ("", "fresh")
+
+
+def resume_source(settings: RunSettings, results_path: Path) -> Path | None:
+    """The server checkpoint this run continues from, or ``None`` (it starts afresh).
+
+    ``resume = "auto"`` (the default): ``<results>.resume.npz`` when the run checkpoints
+    (``checkpoint-every > 0``), does not ask to overwrite its results, and that file
+    exists; ``"fresh"`` (or ``""``): never; any other value: that file, which must lie
+    in the output folder (refused from its text alone otherwise).
+    """
+    mode = settings.resume.strip()
+    if mode in RESUME_FRESH:
+        return None
+    if mode == RESUME_AUTO:
+        own = results_path.with_suffix(".resume.npz")
+        keep = settings.checkpoint_every > 0 and not settings.overwrite_results
+        return own if keep and own.is_file() else None
+    return confined_path(
+        "resume",
+        settings.resume,
+        [output_folder()],
+        "resume from the <results>.resume.npz a run wrote there",
     )
 
 

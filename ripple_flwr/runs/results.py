@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import socket
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -187,6 +189,39 @@ def tail_mean(values: list[float], last: int = 3) -> float:
 def default_results_path(method: str, seed: int, root: str | Path = "outputs") -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path(root) / f"ripple-{method}-seed{seed}-{stamp}.json"
+
+
+def status_path(results_path: str | Path) -> Path:
+    """``<results>.status``: where a run says how it stands (running, failed, completed)."""
+    return Path(results_path).with_suffix(".status")
+
+
+def write_status(results_path: str | Path, status: str, **info: Any) -> Path | None:
+    """Write ``<results>.status`` (JSON, atomically): the run's state for whoever looks.
+
+    ``flwr run`` exits 0 whether or not the run failed; this file (beside the results
+    file, replaced by every run of that results-path) says ``running`` (with the
+    server's process id), ``failed`` (with the error) or ``completed``. A status that
+    cannot be written is logged, never raised: it must not fail the run.
+    """
+    path = status_path(Path(results_path).expanduser().resolve())
+    payload = {
+        "status": status,
+        "results": str(Path(results_path).expanduser().resolve()),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **to_jsonable(info),
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(payload, indent=2))
+        tmp.replace(path)
+    except OSError as err:
+        log.warning("could not write the run status %s: %s", path, err)
+        return None
+    return path
 
 
 def write_results(path: str | Path, results: dict[str, Any], plot: bool = True) -> Path:

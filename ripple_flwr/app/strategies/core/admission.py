@@ -28,7 +28,7 @@ from ripple_flwr.app.strategies.core.query import (
     validate_summary,
 )
 from ripple_flwr.app.strategies.core.releases import ReleaseLedger
-from ripple_flwr.settings import RunSettings
+from ripple_flwr.settings import ConfigError, RunSettings
 
 __all__ = [
     "QUERY_TYPE",
@@ -38,10 +38,13 @@ __all__ = [
     "query_round",
     "validate_summary",
     "wait_for_nodes",
+    "wait_for_settled_nodes",
 ]
 
 log = logging.getLogger("flwr.ripple")
 
+# num-partitions = 0: the node count must stay the same this long before the run takes it.
+NODE_SETTLE_SECONDS = 3.0
 MIN_CLIENTS = 1  # below this many usable training clients a run stops with an error
 # Held-out settings a resumed run may change: with them changed, its new clients are others.
 HELD_OUT_KEYS = ("new-clients", "alpha-new")
@@ -99,6 +102,51 @@ def wait_for_nodes(
             )
         if now - last_hint >= hint_every:
             log.info("waiting for nodes: %d of %d connected", len(nodes), expected)
+            last_hint = now
+        time.sleep(min(poll, max(0.0, timeout - (now - start))))
+
+
+def wait_for_settled_nodes(
+    grid: Grid,
+    timeout: float,
+    settle: float = NODE_SETTLE_SECONDS,
+    poll: float = 0.5,
+    hint_every: float = 10.0,
+) -> int:
+    """How many nodes are connected once their number has not changed for ``settle`` s.
+
+    For ``num-partitions = 0`` (the federation is the nodes that connect). Waits at
+    most ``timeout`` s: by then the nodes connected so far are taken, and none at all
+    is a :class:`NotEnoughClientsError`. Nodes that connect later are late joiners
+    with a partition outside the run (left out, with a warning).
+    """
+    start = time.monotonic()
+    last_hint = start
+    count, since = -1, start
+    settle = min(settle, timeout)
+    while True:
+        now = time.monotonic()
+        n = len(list(grid.get_node_ids()))
+        if n != count:
+            count, since = n, now
+        if n and now - since >= settle:
+            return n
+        if now - start >= timeout:
+            if n:
+                log.warning(
+                    "num-partitions=0: the node count still changed after node-wait-timeout="
+                    "%g s; the run takes the %d nodes connected now",
+                    timeout,
+                    n,
+                )
+                return n
+            raise NotEnoughClientsError(
+                f"num-partitions=0 takes the nodes that connect, but none connected within "
+                f"node-wait-timeout={timeout:g} s; start SuperNodes (in simulation: "
+                "flwr run . --federation-config 'num-supernodes=<n>')"
+            )
+        if now - last_hint >= hint_every:
+            log.info("waiting for the node count to settle: %d connected", n)
             last_hint = now
         time.sleep(min(poll, max(0.0, timeout - (now - start))))
 
@@ -239,22 +287,31 @@ class ClientRoster:
         left out is not asked again.
         """
         saved = self.resuming["roster"]
-        node_of = dict(
-            zip(fresh.partition_ids + new.partition_ids, fresh.node_ids + new.node_ids, strict=True)
-        )
+        if self.local is not None:  # own data: slots follow names, so match the names
+            node_of, here = by_name(saved, fresh, new)
+        else:
+            node_of = dict(
+                zip(
+                    fresh.partition_ids + new.partition_ids,
+                    fresh.node_ids + new.node_ids,
+                    strict=True,
+                )
+            )
+            here = set(new.partition_ids)
         self.restore(saved, node_of)
         self._restored = True
         mine, theirs = self.settings.to_dict(), self.resuming["settings"]
         self.new_clients = QueryResult([], [], [], None)
         if all(theirs.get(k) == mine[k] for k in HELD_OUT_KEYS):
             old = saved_result(saved["new_clients"], node_of)
-            here = set(new.partition_ids)
             self.new_clients = old.select([r for r, p in enumerate(old.partition_ids) if p in here])
         asked = {int(n) for n in saved["known_nodes"]}
         routed = set(self.clients.partition_ids)
-        again = {node_of[p] for p in fresh.partition_ids if p not in routed} - asked
-        kept = set(self.new_clients.partition_ids)
-        again |= {node_of[p] for p in new.partition_ids if p not in kept}
+        again: set[int] = set()
+        if self.local is None:  # (own data: by_name found every node among the saved ones)
+            again = {node_of[p] for p in fresh.partition_ids if p not in routed} - asked
+            kept = set(self.new_clients.partition_ids)
+            again |= {node_of[p] for p in new.partition_ids if p not in kept}
         self.known_nodes -= again
         log.info(
             "resumed: %d saved clients and %d held-out ones keep their summaries; %d node(s) "
@@ -395,6 +452,43 @@ class ClientRoster:
             "sizes_capped": {str(p): n for p, n in sorted(self.capped.items())},
             "sizes_corrected": {str(p): n for p, n in sorted(self.corrected.items())},
         }
+
+
+def by_name(
+    saved: dict[str, Any], fresh: QueryResult, new: QueryResult
+) -> tuple[dict[int, int], set[int]]:
+    """Own-data nodes of a resumed run, matched to the saved run's by name.
+
+    Returns the saved partition -> the node id now, and the saved partitions of the
+    held-out nodes found now. A node slot follows the sorted names, so a name that
+    is missing or new (or a node without one) would hand one silo's saved state to
+    another: the run is refused, naming them.
+    """
+    had: dict[str, int] = {}
+    for group in (saved["clients"], saved["new_clients"]):
+        names = list(group.get("names") or [])
+        names += [""] * (len(group["partition_ids"]) - len(names))
+        for pid, name in zip(group["partition_ids"], names, strict=True):
+            had[str(name)] = int(pid)
+    now: dict[str, int] = {}
+    for q in (fresh, new):
+        names = list(q.names) + [""] * (len(q) - len(q.names))
+        now.update({str(name): int(nid) for name, nid in zip(names, q.node_ids, strict=True)})
+    fix = (
+        "resume matches the nodes of an own-data run by name: start each SuperNode of the "
+        "interrupted run with its own name (--node-config \"data='<path>' name='<silo>'\"), "
+        'or start the run afresh (resume="fresh", overwrite-results=true)'
+    )
+    if "" in had or "" in now:
+        raise ConfigError(f"cannot resume: a node has no name; {fix}")
+    missing, added = sorted(set(had) - set(now)), sorted(set(now) - set(had))
+    if missing or added:
+        raise ConfigError(
+            "cannot resume: the named nodes changed since the checkpoint (missing: "
+            f"{', '.join(missing) or 'none'}; new: {', '.join(added) or 'none'}); {fix}"
+        )
+    held = set(new.names)
+    return {had[name]: nid for name, nid in now.items()}, {had[n] for n in held}
 
 
 def saved_result(saved: dict[str, Any], node_of: dict[int, int]) -> QueryResult:
