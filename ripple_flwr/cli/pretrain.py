@@ -6,6 +6,16 @@ references, on held-out synthetic clients and on real clients).
 
     python pretrain_vae.py --dataset mnist-5k --output outputs/gmm_vae.pt
 
+For a run on the nodes' own data (``client-data = "local"``), pre-train on the
+server's own labelled files with the run's ``aux-data``, ``class-names``,
+``image-size``, ``channels`` and ``embed-size``:
+
+    python pretrain_vae.py --aux-data /srv/aux --class-names cat,dog --output outputs/aux.pt
+
+With the in-run pre-training's budget (``--bank-size`` = pretrain-bank-size, ``--steps`` =
+pretrain-steps, ``--n-syn`` = pretrain-client-size or partition-size, ``--heldout-clients``,
+``--eval-every``, ``--real-clients 20``, ``--seed``) the file is the one the run would write.
+
 Every option is checked before any work (bank, training): a bad one ends
 in one line, ``pretrain_vae.py: error: ...``, exit status 2.
 """
@@ -25,7 +35,15 @@ import numpy as np
 from ripple_flwr.cli.common import OneLineParser, UsageError, check_device
 from ripple_flwr.cli.pretrain_bounds import check_numbers
 from ripple_flwr.data import available_datasets, fold_labels, load_dataset, server_aux_split
-from ripple_flwr.router.pretrain import PretrainSettings, TrainSettings, pretrain
+from ripple_flwr.data.registry import embed_size_of
+from ripple_flwr.router.pretrain import (
+    PretrainSettings,
+    TrainSettings,
+    aux_rows,
+    aux_source,
+    class_list,
+    pretrain,
+)
 from ripple_flwr.router.synthetic import ALPHA_DISTRIBUTIONS, BankSettings
 from ripple_flwr.router.vae import SUPERVISED_DIVERGENCES, LossWeights
 from ripple_flwr.settings import RunSettings
@@ -39,6 +57,8 @@ MIN_AUX_PER_COMPONENT = 2
 # come from the run's declarations (ripple_flwr.settings), so the two cannot drift apart.
 SHARED_SETTINGS = ("dataset", "data-root", "label-kind", "aux-size", "data-seed")
 SHARED_SETTINGS += ("num-components", "J", "L", "svd-rank")
+SHARED_SETTINGS += ("aux-data", "class-names", "image-size", "channels", "embed-size")
+SHARED_SETTINGS += ("image-column", "label-column")
 _DECLARED = {o.key: o for o in RunSettings.fields_as_options()}
 
 
@@ -66,7 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     _setting(g, "label-kind")
     _setting(g, "aux-size")
     _setting(g, "data-seed")
+    _setting(g, "aux-data")
+    _setting(g, "class-names")
+    _setting(g, "image-size")
+    _setting(g, "channels")
+    _setting(g, "image-column")
+    _setting(g, "label-column")
     g = p.add_argument_group("embedding")
+    _setting(g, "embed-size")
     _setting(g, "num-components", "-K")
     _setting(g, "J")
     _setting(g, "L")
@@ -184,6 +211,13 @@ def settings_from_args(a: argparse.Namespace) -> PretrainSettings:
         L=a.L,
         svd_rank=a.svd_rank,
         explained_variance=a.explained_variance or None,  # 0 = off, as in a run
+        aux_data=a.aux_data,
+        class_names=class_list(a.class_names),
+        image_size=a.image_size,
+        channels=a.channels,
+        embed_size=cli_embed_size(a),
+        image_column=a.image_column,
+        label_column=a.label_column,
         bank=BankSettings(
             num_clients=a.bank_size,
             client_size=a.n_syn,
@@ -214,6 +248,14 @@ def settings_from_args(a: argparse.Namespace) -> PretrainSettings:
     )
 
 
+def cli_embed_size(a: argparse.Namespace) -> int:
+    """``--embed-size``, else what a run would take: the dataset's (64 for the photo sets)
+    when D_aux is carved from it, the images' own size for the server's own files."""
+    if a.embed_size or a.aux_data:
+        return a.embed_size
+    return embed_size_of(a.dataset.strip().lower().removeprefix("rotated-")) or 0
+
+
 def _check_options(a: argparse.Namespace) -> None:
     """The range of every numeric option (:mod:`.pretrain_bounds`) and the device; nothing
     is read or built."""
@@ -221,6 +263,8 @@ def _check_options(a: argparse.Namespace) -> None:
     if problem:
         raise UsageError(problem)
     check_device(a.device)
+    if a.channels == 2:
+        raise UsageError("--channels must be 1 (grey), 3 (RGB) or 0 (the data's own), got 2")
 
 
 def _check_writable(path: Path, option: str, *, folder: bool = False) -> None:
@@ -241,22 +285,35 @@ def _check_writable(path: Path, option: str, *, folder: bool = False) -> None:
 
 def _check_data(a: argparse.Namespace) -> None:
     """Options that depend on the dataset: J vs the image, D_aux vs the labels and the pool."""
+    source = f"--aux-data {a.aux_data}" if a.aux_data else f"--dataset {a.dataset}"
     try:
-        dataset = load_dataset(a.dataset, a.data_root)
+        if a.aux_data:  # the server's own files, read as the run reads them
+            dataset = aux_source(settings_from_args(a))
+        else:
+            dataset = load_dataset(a.dataset, a.data_root, image_size=a.image_size)
     except (OSError, ValueError) as err:
-        raise UsageError(f"--dataset {a.dataset}: {' '.join(str(err).split())}") from err
+        raise UsageError(f"{source}: {' '.join(str(err).split())}") from err
     try:
         cluster, _ = dataset.cluster_labels(a.label_kind)
     except ValueError as err:
         raise UsageError(f"--label-kind {a.label_kind}: {err}") from err
+    shape = tuple(dataset.image_shape)
+    side = cli_embed_size(a)
     try:
-        validate_scattering(tuple(dataset.image_shape), a.J, a.L)
+        validate_scattering(shape if not side else (shape[0], side, side), a.J, a.L)
     except ValueError as err:
         raise UsageError(f"-J/-L: {err}") from err
-    try:
-        aux, pool = server_aux_split(cluster, a.aux_size, a.data_seed)
-    except ValueError as err:
-        raise UsageError(f"--aux-size: {err} for {a.dataset} ({a.label_kind} labels)") from err
+    if a.aux_data:
+        ps = settings_from_args(a)
+        aux, pool = aux_rows(ps, dataset, cluster)
+        if len(aux) < a.num_components * MIN_AUX_PER_COMPONENT:
+            raise UsageError(f"{source} holds {len(aux)} images; too few for -K {a.num_components}")
+        a = argparse.Namespace(**{**vars(a), "dataset": a.aux_data})  # the messages below
+    else:
+        try:
+            aux, pool = server_aux_split(cluster, a.aux_size, a.data_seed)
+        except ValueError as err:
+            raise UsageError(f"--aux-size: {err} for {a.dataset} ({a.label_kind} labels)") from err
     k = a.num_components
     per_component = np.bincount(fold_labels(cluster[aux], k), minlength=k)
     if per_component.min() < MIN_AUX_PER_COMPONENT:
@@ -271,7 +328,7 @@ def _check_data(a: argparse.Namespace) -> None:
             f"with {int(per_component.min())} image(s) in D_aux (need >= "
             f"{MIN_AUX_PER_COMPONENT} each); {fix}"
         )
-    if len(pool) < a.n_syn:
+    if len(pool) < a.n_syn and not a.aux_data:
         raise UsageError(
             f"--n-syn {a.n_syn} is larger than the {len(pool)} images left outside D_aux for "
             "the real clients of the report; lower --n-syn or --aux-size"

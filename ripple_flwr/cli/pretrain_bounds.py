@@ -146,6 +146,9 @@ BOUNDS: dict[str, Bound] = {
         high=100 * _P.real_clients,
     ),
     "seed": _run("seed"),
+    "image_size": _run("image-size"),
+    "channels": _run("channels"),
+    "embed_size": _run("embed-size"),
     "bank_seed": _own("bank_seed", int, _B.seed, _SEED, low=0, high=2**32 - 1),
 }
 
