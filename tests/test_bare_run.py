@@ -95,3 +95,44 @@ def test_settings_with_nodes():
     assert r.with_nodes(9) is r  # an explicit count is kept
     with pytest.raises(ConfigError, match="leave no training client"):
         s.with_nodes(1)
+
+
+def test_the_server_warns_when_its_working_folder_is_not_the_submitted_app(
+    tmp_path, monkeypatch, caplog
+):
+    """A local SuperLink started from another checkout runs the bundle in that folder."""
+    import logging
+    import sys
+    import types
+
+    from ripple_flwr.app.server import log_folders
+
+    bundle = tmp_path / "apps" / "ripple-flwr.0.1.0.abc"
+    for rel, text in (("server_app.py", "app = 1\n"), ("client_app.py", "app = 2\n")):
+        (bundle / rel).parent.mkdir(parents=True, exist_ok=True)
+        (bundle / rel).write_text(text)
+    (bundle / "ripple_flwr").mkdir()
+    (bundle / "ripple_flwr" / "x.py").write_text("X = 1\n")
+    module = types.ModuleType("server_app")
+    module.__file__ = str(bundle / "server_app.py")
+    monkeypatch.setitem(sys.modules, "server_app", module)
+    monkeypatch.delenv("RIPPLE_OUTPUT_DIR")
+
+    other = tmp_path / "other-checkout"
+    (other / "ripple_flwr").mkdir(parents=True)
+    (other / "server_app.py").write_text("app = 1\n")
+    (other / "client_app.py").write_text("app = 2  # edited\n")
+    monkeypatch.chdir(other)
+    with caplog.at_level(logging.INFO, logger="flwr.ripple"):
+        folders = log_folders(RunSettings())
+    assert folders["app_folder"] == str(bundle) and folders["working_folder"] == str(other)
+    assert folders["output_folder"] == str(other / "outputs")
+    assert folders["working_folder_differs_from_app"] == ["client_app.py", "ripple_flwr/x.py"]
+    assert "is not the app folder that was submitted" in caplog.text
+
+    caplog.clear()  # a folder holding the same app: no warning
+    (other / "client_app.py").write_text("app = 2\n")
+    (other / "ripple_flwr" / "x.py").write_text("X = 1\n")
+    with caplog.at_level(logging.INFO, logger="flwr.ripple"):
+        assert log_folders(RunSettings())["working_folder_differs_from_app"] == []
+    assert "not the app folder" not in caplog.text and "results under" in caplog.text
