@@ -144,6 +144,8 @@ def test_tables_script_runs_the_photo_sets(dataset, photo_root, torch_home, tmp_
         "1",
         "--seeds",
         "42",  # one seed: the paper's three would triple the test for nothing it checks
+        "--jobs",
+        "1",  # one run: serially, no Ray to start (tests/test_sweep.py covers Ray tasks)
         "--eval-every",
         "1",
         "--clients-per-round",

@@ -459,6 +459,7 @@ def test_table1_runs_cifar10_with_resnet9_from_torchvision_files(tmp_path, capsy
         "--clients", "4", "--clients-per-round", "4", "--partition-size", "30",
         "--aux-size", "50", "--rounds", "1", "--seeds", "0",
         "--eval-every", "1", "--methods", "fedavg", "ifca", "--out", str(out),
+        "--jobs", "1",  # in this process: the fixtures' patches (md5, offline) hold here only
     ]  # fmt: skip
     line = build(argv, capsys, None)
     rows = line["rows"]
