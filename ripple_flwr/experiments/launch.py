@@ -11,11 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from ripple_flwr.experiments.executor import Execution
+from ripple_flwr.experiments.runner import Runner
 from ripple_flwr.runs.outputs import CHECKPOINT_DIR_ENV, OUTPUT_DIR_ENV
 from ripple_flwr.runs.tracking import TrackerError, check_tracker, open_command
 from ripple_flwr.settings import CACHE_DIR_ENV, TRACKERS
 
-__all__ = ["add_execution_flags", "execution_from", "prepare_server_env", "tracker_hook"]
+__all__ = [
+    "add_execution_flags",
+    "execution_from",
+    "make_runner",
+    "prepare_server_env",
+    "tracker_hook",
+]
 
 
 def add_execution_flags(p: argparse.ArgumentParser) -> None:
@@ -102,3 +109,22 @@ def tracker_hook(args: argparse.Namespace, out: Path) -> Callable[[Mapping[str, 
             print(f"warning: could not track {name}: {err}", file=sys.stderr)
 
     return hook
+
+
+def make_runner(
+    args: argparse.Namespace,
+    p: argparse.ArgumentParser,
+    out: Path,
+    made_on: Mapping[str, Any],
+    train: Callable[[dict], dict] | None = None,
+) -> Runner:
+    """The :class:`Runner` of a table or sweep command: reuse, keep, execution, tracker."""
+    return Runner(
+        reuse=args.reuse,
+        reuse_only=args.reuse_only,
+        train=train,
+        keep=args.keep,
+        made_on=made_on,
+        execution=execution_from(args, p),
+        on_result=tracker_hook(args, out),
+    )

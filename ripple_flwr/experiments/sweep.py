@@ -29,11 +29,10 @@ from typing import Any
 from ripple_flwr.experiments.executor import Outcome
 from ripple_flwr.experiments.launch import (
     add_execution_flags,
-    execution_from,
+    make_runner,
     prepare_server_env,
-    tracker_hook,
 )
-from ripple_flwr.experiments.runner import Runner, log, write_json_line
+from ripple_flwr.experiments.runner import build, log, write_json_line
 from ripple_flwr.experiments.stamp import machine_stamp
 from ripple_flwr.experiments.stats import INTERVAL, fmt_stat, seed_stats
 from ripple_flwr.experiments.tables import run_config_value
@@ -194,30 +193,19 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
         args.grid_values = parse_grid(args.grid)
     except ValueError as err:
         p.error(str(err))
-    execution = execution_from(args, p)
     out = Path(args.out or tempfile.mkdtemp(prefix="ripple-sweep-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     fixed = dict(args.set)
     prepare_server_env(out, str(fixed.get("checkpoint", "")), str(fixed.get("cache-dir", "")))
     runs = plan(args, out)
     stamp = machine_stamp()
-    runner = Runner(
-        reuse=args.reuse,
-        reuse_only=args.reuse_only,
-        train=train,
-        keep=args.keep,
-        made_on=stamp,
-        execution=execution,
-        on_result=tracker_hook(args, out),
-    )
+    runner = make_runner(args, p, out, stamp, train)
+
+    def table(args, out, runner, stamp) -> list[dict[str, Any]]:
+        return summarise_points(runs, lambda cfg: runner.get(cfg)[0])
+
     try:
-        if not args.reuse_only:
-            runner.planning = True
-            for _, _, cfg in runs:
-                runner.get(cfg)
-            runner.planning = False
-            runner.run_pending()
-        rows = summarise_points(runs, lambda cfg: runner.get(cfg)[0])
+        rows = build(table, args, out, runner, stamp)
     except KeyboardInterrupt:
         log("interrupted: finished runs are kept; run the same command with --reuse to go on")
         return 130

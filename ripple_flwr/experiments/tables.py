@@ -53,15 +53,13 @@ from pathlib import Path
 
 from ripple_flwr.experiments.launch import (
     add_execution_flags,
-    execution_from,
+    make_runner,
     prepare_server_env,
-    tracker_hook,
 )
 from ripple_flwr.experiments.runner import (
     SWEEP_K,
     TABLE1,
     TABLE2,
-    Runner,
     build,
     log,
     write_json_line,
@@ -217,21 +215,12 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     """Build one table; ``train`` (tests) replaces the one-process run of one run config."""
     p = build_parser()
     args = parse(argv, p)
-    execution = execution_from(args, p)
     out = Path(args.out or tempfile.mkdtemp(prefix=f"ripple-{args.table}-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     args.plot = args.plot or str(out / f"{args.table}.png")
     prepare_server_env(out, args.checkpoint, args.set.get("cache-dir", ""))
     stamp = machine_stamp()
-    runner = Runner(
-        reuse=args.reuse,
-        reuse_only=args.reuse_only,
-        train=train,
-        keep=args.keep,
-        made_on=stamp,
-        execution=execution,
-        on_result=tracker_hook(args, out),
-    )
+    runner = make_runner(args, p, out, stamp, train)
     try:
         result = build(table1 if args.table == "table1" else table2, args, out, runner, stamp)
     except KeyboardInterrupt:
