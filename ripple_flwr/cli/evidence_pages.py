@@ -50,7 +50,7 @@ FIGURES = (
     ),
     (
         "table1-rotated-fashion-mnist-100rounds.png",
-        "Table 1 on rotated data (one seed: the title's min-max band is the one curve)",
+        "Table 1 on rotated data (one seed: its title says so and draws no band)",
         ROTATED1,
         "machine and commit",
     ),
@@ -62,8 +62,7 @@ FIGURES = (
     ),
     (
         "table2-rotated-fashion-mnist-100rounds.png",
-        "Table 2 on rotated data (one seed: the title's '± 2 sigma' bars are empty, there is "
-        "no interval)",
+        "Table 2 on rotated data (one seed: its title says so and draws no error bars)",
         ROTATED2,
         "machine and commit",
     ),

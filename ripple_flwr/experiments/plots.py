@@ -19,7 +19,15 @@ from matplotlib.figure import Figure
 from ripple_flwr.app.registry import Family
 from ripple_flwr.experiments.stamp import ROOT, machine_stamp, stamp_text
 
-__all__ = ["ROOT", "bars_figure", "family_figure", "machine_stamp", "save", "stamp_text"]
+__all__ = [
+    "ROOT",
+    "bars_figure",
+    "family_figure",
+    "machine_stamp",
+    "margin_figure",
+    "save",
+    "stamp_text",
+]
 
 BAND = "band: min-max over seeds"
 REFERENCE_STYLE = {"color": "0.55", "linewidth": 0.9}
@@ -79,7 +87,8 @@ def family_figure(
         ax.set_xlabel("round")
     for ax in axes[:, 0]:
         ax.set_ylabel("personalised accuracy (weighted mean)")
-    fig.suptitle(f"{title}; {BAND}")
+    many = any(len(c["per_seed"]) > 1 for c in curves.values())
+    fig.suptitle(f"{title}; {BAND if many else 'one seed: no band'}")
     _footer(fig, stamp)
     return fig
 
@@ -111,16 +120,63 @@ def bars_figure(
             x[shown] + (i - (len(names) - 1) / 2) * width,
             [100 * mean[j] for j in shown],
             width,
-            yerr=[100 * err[j] for j in shown],
+            yerr=[100 * err[j] for j in shown] if any(err[j] for j in shown) else None,
             capsize=2,
             label=name,
             color=PALETTE[i % len(PALETTE)],
         )
     ax.set_xticks(x, [f"alpha_train/alpha_test\n{c}" for c in columns])
     ax.set_ylabel("zero-shot accuracy (%)")
-    ax.set_title(f"{title}; error bars ± 2 sigma over seeds (sample std)")
+    seeds = {
+        len(((cells[n].get(c) or {}).get("zero_shot_accuracy") or {}).get("per_seed") or {})
+        for n in names
+        for c in columns
+    }
+    many = max(seeds, default=1) > 1
+    ax.set_title(
+        f"{title}; "
+        + ("error bars ± 2 sigma over seeds (sample std)" if many else "one seed: no error bars")
+    )
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
+    _footer(fig, stamp)
+    return fig
+
+
+def margin_figure(
+    cells: Mapping[str, Mapping[str, Any]],
+    metrics: Sequence[str],
+    title: str,
+    stamp: Mapping[str, Any],
+) -> Figure:
+    """One panel per metric: Ripple-Strat's margin over the best other method, per cell.
+
+    Bars are the mean margin over seeds (points of accuracy), error bars ± 2 sigma
+    (sample std) where there are two seeds or more, none for one seed; each bar is
+    labelled with the method it is measured against. A cell without a margin has no bar.
+    """
+    names = list(cells)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4.2), squeeze=False)
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        margins = [cells[c]["margin"][metric] for c in names]
+        shown = [i for i, m in enumerate(margins) if m and m["mean"] is not None]
+        means = [100 * margins[i]["mean"] for i in shown]
+        errs = [200 * (margins[i]["sigma"] or 0.0) for i in shown]
+        colours = [PALETTE[2] if v >= 0 else PALETTE[3] for v in means]
+        ax.bar(shown, means, yerr=errs if any(errs) else None, capsize=3, color=colours)
+        for i, v in zip(shown, means, strict=True):
+            ax.annotate(
+                f"vs {margins[i]['best_other']}", (i, v), ha="center", fontsize=7,
+                xytext=(0, 3 if v >= 0 else -10), textcoords="offset points",
+            )  # fmt: skip
+        ax.axhline(0, color="0.3", linewidth=0.8)
+        ax.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
+        ax.set_title(metric.replace("_", " "))
+        ax.set_ylabel("Ripple-Strat minus the best other method (points)")
+        ax.grid(axis="y", alpha=0.3)
+    seeds = {len(m["per_seed"]) for c in cells.values() for m in c["margin"].values() if m}
+    bars = "error bars ± 2 sigma over seeds" if max(seeds, default=1) > 1 else "one seed: no bars"
+    fig.suptitle(f"{title}; {bars}")
     _footer(fig, stamp)
     return fig
 

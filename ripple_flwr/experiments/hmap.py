@@ -1,0 +1,232 @@
+"""The heterogeneity map: where each method wins, shift by shift and strength by strength.
+
+Every cell is one kind and strength of heterogeneity on Fashion-MNIST (100
+clients x 200 images, 10 a round, the paper's CNN, ``--rounds`` rounds);
+every row one method; each run also onboards 10 new clients drawn like the
+training ones and scores them zero-shot (Ripple by one router pass, the
+clustered baselines by the cluster model of lowest loss on the client's own
+training split, the global methods with their one model, as Table 2). Per
+cell: every method's final personalised accuracy of the training clients
+and the new clients' zero-shot accuracy (mean ± 2 sigma over the seeds), and
+Ripple-Strat's margin over the best other method (not the oracle, which
+knows every client's true mixture), per seed, with its interval.
+
+    ripple-map --seeds 42 7 123 --rounds 100 --reuse --out outputs/map \\
+        --keep docs/results/runs/heterogeneity-map \\
+        --md docs/results/heterogeneity_map.md --json docs/results/heterogeneity_map.json \\
+        --plot docs/heterogeneity-map.png
+
+Runs go through the tables' engine (``--jobs``, ``--ray-address``, ``--reuse``,
+``--keep`` as in docs/sweeps.md), named ``<cell>-<row>-r<rounds>-seed<s>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ripple_flwr.experiments.launch import add_execution_flags, make_runner, prepare_server_env
+from ripple_flwr.experiments.runner import Runner, build, log, write_json_line
+from ripple_flwr.experiments.stamp import machine_stamp
+from ripple_flwr.experiments.stats import INTERVAL, fmt_stat, seed_stats
+
+__all__ = ["CELLS", "ROWS", "main", "map_table"]
+
+# The kinds and strengths of heterogeneity (the shared protocol is BASE).
+CELLS: dict[str, dict[str, Any]] = {
+    "label-skew-0.01": {"alpha": 0.01},
+    "label-skew-0.1": {"alpha": 0.1},
+    "label-skew-1": {"alpha": 1.0},
+    # Four rotations as the domains: clients Dir(0.1) over them, classes mixed; K = 4.
+    "rotation": {
+        "dataset": "rotated-fashion-mnist",
+        "alpha": 0.1,
+        "label-kind": "domain",
+        "num-components": 4,
+    },
+}
+BASE = {
+    "dataset": "fashion-mnist",
+    "num-partitions": 100,
+    "partition-size": 200,
+    "aux-size": 1000,
+    "clients-per-round": 10,
+    "label-kind": "class",
+    "num-components": 10,
+    "new-clients": 10,
+}
+ROWS: dict[str, dict[str, Any]] = {
+    "ripple-strat": {"method": "ripple", "sampling": "stratified"},
+    "ripple-unif": {"method": "ripple", "sampling": "uniform"},
+    "oracle": {"method": "oracle"},
+    "fedavg": {"method": "fedavg"},
+    "fedyogi": {"method": "fedyogi"},  # the best global optimiser of Table 1
+    "local": {"method": "local"},
+    "perfedavg": {"method": "perfedavg"},
+    "ifca": {"method": "ifca"},
+    "cfl": {"method": "cfl"},
+    "flux": {"method": "flux"},
+}
+RIPPLE = "ripple-strat"  # whose margin the map draws
+NOT_COMPARED = ("ripple-unif", "oracle")  # Ripple's other sampler; the oracle knows pi*
+METRICS = ("final_accuracy", "zero_shot_accuracy")
+
+
+def run_config(args: argparse.Namespace, out: Path, cell: str, row: str, seed: int) -> dict:
+    """One run of the map: the protocol, the cell's shift, the row's method, the seed."""
+    cfg = {**BASE, **CELLS[cell], **ROWS[row], **dict(args.set)}
+    cfg["alpha-new"] = cfg["alpha"]  # new clients drawn as the training ones
+    cfg["best-by-loss"] = ROWS[row]["method"] == "ripple"
+    cfg.update({"seed": seed, "num-server-rounds": args.rounds, "eval-every": args.eval_every})
+    cfg["results-path"] = str(out / f"{cell}-{row}-r{args.rounds}-seed{seed}.json")
+    return cfg
+
+
+def _numbers(summary: Mapping[str, Any] | None) -> dict[str, float | None] | None:
+    if summary is None:
+        return None
+    zs = (summary.get("zero_shot") or {}).get("zero_shot_accuracy")
+    return {"final_accuracy": summary["final_accuracy"], "zero_shot_accuracy": zs}
+
+
+def margin(cells: Mapping[str, Mapping[str, Any]], metric: str) -> dict[str, Any] | None:
+    """Ripple-Strat minus the best other compared row (by mean), per seed, with stats."""
+    others = {
+        r: c[metric]["mean"]
+        for r, c in cells.items()
+        if r != RIPPLE and r not in NOT_COMPARED and c[metric]["mean"] is not None
+    }
+    if RIPPLE not in cells or not others or cells[RIPPLE][metric]["mean"] is None:
+        return None
+    best = max(others, key=others.get)
+    mine, theirs = cells[RIPPLE][metric]["per_seed"], cells[best][metric]["per_seed"]
+    diff = {
+        s: mine[s] - theirs[s] for s in mine if mine[s] is not None and theirs.get(s) is not None
+    }
+    return {"best_other": best, **seed_stats(diff)}
+
+
+def map_table(
+    args: argparse.Namespace, out: Path, runner: Runner, stamp: dict | None
+) -> dict[str, Any]:
+    """Every cell x row over the seeds; margins; Markdown and (unless planning) the figure."""
+    cells: dict[str, dict[str, Any]] = {}
+    for cell in args.cells:
+        rows: dict[str, Any] = {}
+        for row in args.methods:
+            got = {
+                s: _numbers(runner.get(run_config(args, out, cell, row, s))[0]) for s in args.seeds
+            }
+            done = {s: n for s, n in got.items() if n is not None}
+            rows[row] = {m: seed_stats({s: n[m] for s, n in done.items()}) for m in METRICS}
+            rows[row]["seeds_missing"] = [s for s, n in got.items() if n is None]
+        cells[cell] = {"rows": rows, "margin": {m: margin(rows, m) for m in METRICS}}
+    if stamp is not None and args.plot:
+        from ripple_flwr.experiments.plots import margin_figure, save
+
+        title = f"Ripple-Strat's margin, {args.rounds} rounds, seeds {args.seeds}"
+        save(margin_figure(cells, METRICS, title, stamp), args.plot)
+    return {"cells": cells, "missing": list(runner.missing), "markdown": markdown(args, cells)}
+
+
+def _margin_text(m: Mapping[str, Any] | None) -> str:
+    if m is None or m["mean"] is None:
+        return "n/a"
+    return f"{fmt_stat(m, '+.1f', 100)} vs {m['best_other']}"
+
+
+def markdown(args: argparse.Namespace, cells: Mapping[str, Mapping[str, Any]]) -> str:
+    """One row per cell and method: training and zero-shot accuracy; then the margins."""
+    md = [
+        f"Heterogeneity map: Fashion-MNIST, {BASE['num-partitions']} clients x "
+        f"{BASE['partition-size']} images, {BASE['clients-per-round']} a round, "
+        f"{args.rounds} rounds, {BASE['new-clients']} new clients per run, seeds "
+        f"{', '.join(map(str, args.seeds))}. Accuracy (%), training clients / new clients "
+        f"zero-shot; cells: {INTERVAL}.",
+        "",
+        "| cell | " + " | ".join(args.methods) + " | Ripple-Strat's margin, training / zero-shot |",
+        "|---|" + "---|" * (len(args.methods) + 1),
+    ]
+    for cell, entry in cells.items():
+        parts = []
+        for row in args.methods:
+            r = entry["rows"][row]
+            text = " / ".join(fmt_stat(r[m], ".1f", 100) for m in METRICS)
+            parts.append(text if r["final_accuracy"]["n"] else "missing")
+        margins = " / ".join(_margin_text(entry["margin"][m]) for m in METRICS)
+        md.append(f"| {cell} | " + " | ".join(parts) + f" | {margins} |")
+    return "\n".join(md)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ripple-map", description=__doc__.splitlines()[0])
+    p.add_argument("--cells", nargs="+", default=list(CELLS), choices=list(CELLS))
+    p.add_argument("--methods", nargs="+", default=list(ROWS), choices=list(ROWS))
+    p.add_argument("--seeds", type=int, nargs="+", default=[42, 7, 123])
+    p.add_argument("--rounds", type=int, default=100)
+    p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--set", type=_kv, action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--out", default="")
+    p.add_argument("--reuse", action="store_true")
+    p.add_argument("--reuse-only", action="store_true")
+    p.add_argument("--keep", default="")
+    p.add_argument("--md", default=None)
+    p.add_argument("--json", default="")
+    p.add_argument("--plot", default=None, help="the margin figure (default: <out>/map.png)")
+    add_execution_flags(p)
+    return p
+
+
+def _kv(text: str) -> tuple[str, object]:
+    from ripple_flwr.experiments.tables import run_config_value
+
+    return run_config_value(text)
+
+
+def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = None) -> int:
+    """Run (or read) the map; Markdown, the margin figure and one JSON line."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    out = Path(args.out or tempfile.mkdtemp(prefix="ripple-map-")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    args.plot = str(out / "map.png") if args.plot is None else args.plot
+    prepare_server_env(out, str(dict(args.set).get("checkpoint", "")))
+    stamp = machine_stamp()
+    runner = make_runner(args, p, out, stamp, train)
+    try:
+        result = build(map_table, args, out, runner, stamp)
+    except KeyboardInterrupt:
+        log("interrupted: finished runs are kept; run the same command with --reuse to go on")
+        return 130
+    md_path = Path(args.md or out / "map.md")
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    md_path.write_text(result["markdown"] + "\n")
+    print(result["markdown"], file=sys.stderr)
+    line = json.dumps(
+        {
+            "map": "heterogeneity",
+            "base": BASE,
+            "cells_settings": {c: CELLS[c] for c in args.cells},
+            "rows": {r: ROWS[r] for r in args.methods},
+            "rounds": args.rounds,
+            "seeds": args.seeds,
+            "interval": INTERVAL,
+            "machine": stamp,
+            **{k: v for k, v in result.items() if k != "markdown"},
+            "failed": {Path(k).name: v for k, v in runner.failed.items()},
+            "markdown": str(md_path),
+            "plot": args.plot or None,
+        }
+    )
+    print(line)
+    write_json_line(line, args.json)
+    return 1 if runner.failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

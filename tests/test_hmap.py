@@ -1,0 +1,76 @@
+"""ripple-map: the heterogeneity map's runs, cells, margins, Markdown and figure (fake runs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_tables import FakeTrainer
+
+from ripple_flwr.experiments import hmap
+
+
+@pytest.fixture(autouse=True)
+def _restore_output_dir(monkeypatch):
+    """hmap.main points $RIPPLE_OUTPUT_DIR at its --out (it is the server); undo that after."""
+    import os
+
+    monkeypatch.setenv("RIPPLE_OUTPUT_DIR", os.environ.get("RIPPLE_OUTPUT_DIR", ""))
+
+
+def run_map(argv, capsys, train) -> dict:
+    assert hmap.main([*argv, "--no-progress"], train=train) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_every_cell_row_and_seed_runs_once_with_its_shift_and_new_clients(tmp_path, capsys):
+    fake = FakeTrainer()
+    argv = ["--cells", "label-skew-0.01", "rotation", "--seeds", "42", "7", "--rounds", "30"]
+    argv += ["--set", "num-partitions=8", "--out", str(tmp_path / "o")]
+    line = run_map(argv, capsys, fake)
+    assert len(fake.configs) == 2 * len(hmap.ROWS) * 2
+    by_name = {Path(c["results-path"]).name: c for c in fake.configs}
+    rot = by_name["rotation-ifca-r30-seed7.json"]
+    assert (rot["dataset"], rot["label-kind"], rot["num-components"]) == (
+        "rotated-fashion-mnist",
+        "domain",
+        4,
+    )
+    skew = by_name["label-skew-0.01-ripple-unif-r30-seed42.json"]
+    assert skew["alpha"] == skew["alpha-new"] == 0.01 and skew["sampling"] == "uniform"
+    assert skew["new-clients"] == 10 and skew["best-by-loss"] is True
+    assert by_name["label-skew-0.01-fedavg-r30-seed42.json"]["best-by-loss"] is False
+    cell = line["cells"]["label-skew-0.01"]
+    assert cell["rows"]["oracle"]["final_accuracy"]["n"] == 2
+    assert Path(line["plot"]).is_file()
+
+
+def test_the_margin_is_ripple_strat_minus_the_best_compared_method_per_seed():
+    def stat(per_seed):
+        from ripple_flwr.experiments.stats import seed_stats
+
+        return seed_stats(per_seed)
+
+    rows = {
+        "ripple-strat": {"final_accuracy": stat({42: 0.80, 7: 0.84})},
+        "oracle": {"final_accuracy": stat({42: 0.99, 7: 0.99})},  # knows pi*: never compared
+        "ripple-unif": {"final_accuracy": stat({42: 0.95, 7: 0.95})},  # Ripple itself
+        "fedavg": {"final_accuracy": stat({42: 0.70, 7: 0.72})},
+        "local": {"final_accuracy": stat({42: 0.78, 7: 0.82})},
+    }
+    m = hmap.margin(rows, "final_accuracy")
+    assert m["best_other"] == "local"
+    assert m["per_seed"] == pytest.approx({"42": 0.02, "7": 0.02})
+    rows["local"]["final_accuracy"] = stat({42: 0.90, 7: 0.86})
+    assert hmap.margin(rows, "final_accuracy")["mean"] == pytest.approx(-0.06)
+
+
+def test_reuse_only_marks_missing_cells_and_trains_nothing(tmp_path, capsys):
+    def never(cfg):
+        raise AssertionError("nothing may train")
+
+    argv = ["--cells", "label-skew-1", "--seeds", "42", "--set", "num-partitions=8"]
+    line = run_map([*argv, "--out", str(tmp_path), "--reuse-only", "--plot", ""], capsys, never)
+    assert len(line["missing"]) == len(hmap.ROWS)
+    assert "missing" in Path(line["markdown"]).read_text()
