@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from ripple_flwr.app.registry import METHODS, all_options
-from ripple_flwr.cli import evidence_pages, evidence_speed, evidence_table1
+from ripple_flwr.cli import evidence_map, evidence_pages, evidence_speed, evidence_table1
 from ripple_flwr.settings import Option, RunSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +40,7 @@ PAGES = {
     ),
     "docs/ripple-hdb.md": ("hdb",),
     "docs/sweeps.md": ("sweep-speed",),
+    "docs/which-method.md": ("which-method-when", "heterogeneity-map", "method-costs"),
 }
 
 
@@ -110,6 +111,8 @@ GENERATORS = {
     "hdb": evidence_pages.hdb,
     "default-run": evidence_pages.default_run,
     "sweep-speed": evidence_speed.sweep_speed,
+    "heterogeneity-map": evidence_map.heterogeneity_map,
+    "method-costs": evidence_map.costs,
 }
 
 
