@@ -216,6 +216,13 @@ class RunSettings:
         1.0, "Dirichlet concentration of the new clients (alpha_test)", low=0, low_open=True
     )
     partition_size: int = option(200, "images per client (train + test)", low=2, high=10_000_000)
+    partition_size_spread: float = option(
+        1.0,
+        "quantity skew: training clients' sizes vary about this many times around "
+        "partition-size, log-uniformly, the same rows in all (1 = equal sizes)",
+        low=1,
+        high=1000,
+    )
     alpha: float = option(
         0.1, "Dirichlet concentration of the client mixtures", low=0, low_open=True
     )
@@ -477,6 +484,8 @@ class RunSettings:
             "test_fraction": float(self.test_fraction),
             "seed": self.data_seed,
         }
+        if self.partition_size_spread != 1:  # absent when equal: earlier caches stay valid
+            kwargs["size_spread"] = float(self.partition_size_spread)
         if self.new_clients:  # absent when 0, so runs without new clients share a cache
             kwargs["new_partitions"] = self.new_clients
             kwargs["alpha_new"] = float(self.alpha_new)

@@ -92,3 +92,14 @@ def test_every_integer_option_has_a_sanity_bound_checked_before_work():
         assert o.high is not None, f"{o.key} has no upper bound"
         with pytest.raises(ConfigError, match=o.key):
             parse_run_config({o.key: int(o.high) + 1})
+
+
+def test_quantity_skew_is_a_key_and_refused_beside_embedding_dp():
+    from ripple_flwr.app.run_config import parse_run_config
+    from ripple_flwr.settings import ConfigError
+
+    assert parse_run_config({"partition-size-spread": 10}).partition_size_spread == 10.0
+    with pytest.raises(ConfigError, match=r"partition-size-spread = 1 with embedding DP"):
+        parse_run_config({"partition-size-spread": 10, "embedding-dp-epsilon": 1.0})
+    with pytest.raises(ConfigError, match="partition-size-spread"):
+        parse_run_config({"partition-size-spread": 0.5})

@@ -361,3 +361,43 @@ def test_build_federation_errors() -> None:
         build(dataset, label_kind="domain")
     with pytest.raises(ValueError, match="unknown label kind"):
         build(dataset, label_kind="style")
+
+
+# --------------------------------------------------------------------------- quantity skew
+def test_spread_sizes_vary_by_the_spread_keep_the_total_and_repeat() -> None:
+    from ripple_flwr.data.partition import spread_sizes
+
+    assert spread_sizes(7, 50, 1.0, seed=3) == [50] * 7
+    sizes = spread_sizes(200, 100, 10.0, seed=3)
+    assert sum(sizes) == 200 * 100 and min(sizes) >= 2
+    ratio = max(sizes) / min(sizes)
+    assert 6 < ratio <= 10.5, ratio  # log-uniform over one decade: close to 10x at n = 200
+    assert sizes == spread_sizes(200, 100, 10.0, seed=3)
+    assert sizes != spread_sizes(200, 100, 10.0, seed=4)
+    with pytest.raises(ValueError, match=">= 1"):
+        spread_sizes(3, 10, 0.5, seed=0)
+
+
+def test_a_federation_with_quantity_skew_holds_the_same_rows_in_clients_of_spread_sizes() -> None:
+    dataset = toy_dataset()
+    equal = build_federation(
+        dataset, num_partitions=20, partition_size=100, alpha=0.3, aux_size=500,
+        num_components=4, seed=5,
+    )  # fmt: skip
+    skewed = build_federation(
+        dataset, num_partitions=20, partition_size=100, alpha=0.3, aux_size=500,
+        num_components=4, seed=5, size_spread=10.0, new_partitions=2,
+    )  # fmt: skip
+    sizes = [len(skewed.client_indices(p)) for p in range(20)]
+    assert sum(sizes) == 20 * 100 and max(sizes) / min(sizes) > 4
+    assert [len(skewed.client_indices(p)) for p in (20, 21)] == [100, 100]  # new clients
+    everything = np.concatenate([skewed.client_indices(p) for p in range(22)])
+    assert len(everything) == len(np.unique(everything))
+    assert skewed.settings["size_spread"] == 10.0 and "size_spread" not in equal.settings
+    # spread = 1 is the equal-size federation, row for row.
+    same = build_federation(
+        dataset, num_partitions=20, partition_size=100, alpha=0.3, aux_size=500,
+        num_components=4, seed=5, size_spread=1.0,
+    )  # fmt: skip
+    for pid in range(20):
+        np.testing.assert_array_equal(same.client_indices(pid), equal.client_indices(pid))

@@ -131,6 +131,13 @@ def _check_local(settings: RunSettings, spec) -> None:
 
 
 def _check_dp(settings: RunSettings, spec) -> None:
+    if settings.partition_size_spread != 1:
+        raise ConfigError(
+            f"embedding-dp-epsilon={settings.embedding_dp_epsilon} is calibrated for clients "
+            f"of partition-size images, but partition-size-spread="
+            f"{settings.partition_size_spread} makes some smaller; set "
+            "partition-size-spread = 1 with embedding DP"
+        )
     try:
         check_dp_params(
             settings.embedding_dp_epsilon,

@@ -17,10 +17,10 @@ def heterogeneity_map() -> str:
     if not (ev.RESULTS / MAP).is_file():
         return (
             "**Not run yet.** No `docs/results/heterogeneity_map.json` is committed: the map "
-            "(4 cells x 10 methods x 3 seeds at 100 rounds, 120 runs of 100 clients) is about "
-            "five hours of one 2-core machine at `--jobs 2`, or minutes on a cluster "
-            "(`--ray-address auto`). The command is below; until it runs, the list above is "
-            "all the evidence there is."
+            "(every cell x method x seed of `ripple-map`, 100 clients, 100 rounds) takes hours "
+            "on one 2-core machine (Table 1's estimate in [sweeps.md](sweeps.md) gives the "
+            "scale) and far less on a Ray cluster (`--ray-address auto`). The command is above; "
+            "until it runs, the list at the top is all the evidence there is."
         )
     d = ev.load(MAP)
     lines = [

@@ -18,6 +18,7 @@ from ripple_flwr.data.partition import (
     dirichlet_partition,
     fold_labels,
     server_aux_split,
+    spread_sizes,
     train_test_split_indices,
     true_mixtures,
 )
@@ -110,8 +111,13 @@ def build_federation(
     seed: int = 0,
     new_partitions: int = 0,
     alpha_new: float = 1.0,
+    size_spread: float = 1.0,
 ) -> Federation:
     """Split a dataset into D_aux, Dir(alpha) training clients and held-out new clients.
+
+    ``size_spread`` > 1 makes the training clients' sizes vary by about that factor
+    around ``partition_size`` (quantity skew, :func:`spread_sizes`; the same rows in
+    all); the new clients keep ``partition_size``.
 
     Deterministic: the same arguments give the same federation in every
     process, so each Flower node rebuilds it from the run config instead of
@@ -173,9 +179,12 @@ def build_federation(
         )
 
     aux, pool = server_aux_split(cluster, aux_size, seed)
+    sizes = spread_sizes(num_partitions, partition_size, size_spread, seed)
     clients = [
         pool[p]
-        for p in dirichlet_partition(cluster[pool], num_partitions, partition_size, alpha, seed)
+        for p in dirichlet_partition(
+            cluster[pool], num_partitions, partition_size, alpha, seed, sizes=sizes
+        )
     ]
     if new_partitions:
         taken = np.concatenate(clients)
@@ -205,6 +214,7 @@ def build_federation(
         "seed": int(seed),
         "new_partitions": int(new_partitions),
         "alpha_new": float(alpha_new),
+        **({"size_spread": float(size_spread)} if size_spread != 1 else {}),
     }
     return Federation(
         dataset=dataset,

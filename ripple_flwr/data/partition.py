@@ -61,14 +61,44 @@ def _check_labels(labels: np.ndarray) -> np.ndarray:
 _PARTITION_ATTEMPTS = 8
 
 
+def spread_sizes(num_partitions: int, partition_size: int, spread: float, seed: int) -> list[int]:
+    """Client sizes varying by about ``spread`` times (quantity skew), ``partition_size`` mean.
+
+    Each client's share is ``spread ** (u - 1/2)`` with ``u`` uniform in [0, 1)
+    (log-uniform between ``1/sqrt(spread)`` and ``sqrt(spread)``), seeded; the
+    sizes are rounded (largest remainder) to add up to ``num_partitions x
+    partition_size``, so the federation holds the rows it would hold with equal
+    sizes, and none is below 2 (a train and a test row). ``spread = 1`` gives
+    ``partition_size`` for every client.
+    """
+    if not spread >= 1:
+        raise ValueError(f"the size spread must be >= 1, got {spread}")
+    total = num_partitions * partition_size
+    if spread == 1:
+        return [partition_size] * num_partitions
+    u = np.random.default_rng(derived_seed(seed, 0x51E)).random(num_partitions)
+    shares = float(spread) ** (u - 0.5)
+    floor = 2 * num_partitions
+    if total < floor:
+        raise ValueError(f"{num_partitions} clients need {floor} rows at least, got {total}")
+    sizes = 2 + largest_remainder_counts(shares / shares.sum(), total - floor)
+    return [int(s) for s in sizes]
+
+
 def dirichlet_partition(
-    labels: np.ndarray, num_partitions: int, partition_size: int, alpha: float, seed: int
+    labels: np.ndarray,
+    num_partitions: int,
+    partition_size: int,
+    alpha: float,
+    seed: int,
+    sizes: Sequence[int] | None = None,
 ) -> list[np.ndarray]:
     """Disjoint clients of ``partition_size`` rows whose label mixture follows Dir(alpha).
 
     The draws of flwr-datasets' ``InnerDirichletPartitioner`` (the FedDyn scheme
     the paper's fixed-size clients follow), in linear time
-    (:func:`inner_dirichlet_rows`).
+    (:func:`inner_dirichlet_rows`). ``sizes`` (one per client, e.g. from
+    :func:`spread_sizes`) replaces the equal ``partition_size``.
     Returns each client's row indices into ``labels`` (sorted int64); the same
     arguments give the same partitions in every process.
     """
@@ -81,7 +111,10 @@ def dirichlet_partition(
         )
     if not alpha > 0:
         raise ValueError(f"Dirichlet alpha must be > 0, got {alpha}")
-    needed = num_partitions * partition_size
+    sizes = [partition_size] * num_partitions if sizes is None else [int(s) for s in sizes]
+    if len(sizes) != num_partitions or min(sizes) < 2:
+        raise ValueError(f"{num_partitions} client sizes of at least 2 rows needed, got {sizes}")
+    needed = sum(sizes)
     if needed > len(labels):
         raise ValueError(
             f"{num_partitions} partitions of {partition_size} rows need {needed} rows, "
@@ -102,9 +135,7 @@ def dirichlet_partition(
         attempt_seed = seed if attempt == 0 else derived_seed(seed, 0x0D1, attempt)
         try:
             with np.errstate(invalid="ignore", divide="ignore"):
-                rows = inner_dirichlet_rows(
-                    targets, [partition_size] * num_partitions, float(alpha), attempt_seed
-                )
+                rows = inner_dirichlet_rows(targets, sizes, float(alpha), attempt_seed)
             return [np.sort(order[r]) for r in rows]
         except ValueError as error:
             if "NaN" not in str(error):

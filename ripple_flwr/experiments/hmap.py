@@ -42,6 +42,8 @@ CELLS: dict[str, dict[str, Any]] = {
     "label-skew-0.01": {"alpha": 0.01},
     "label-skew-0.1": {"alpha": 0.1},
     "label-skew-1": {"alpha": 1.0},
+    # Client sizes varying about 10x (log-uniform around 200, the same rows in all), Dir(0.1).
+    "quantity-skew": {"alpha": 0.1, "partition-size-spread": 10.0},
     # Four rotations as the domains: clients Dir(0.1) over them, classes mixed; K = 4.
     "rotation": {
         "dataset": "rotated-fashion-mnist",
