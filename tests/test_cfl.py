@@ -92,6 +92,22 @@ def test_after_a_split_each_side_is_the_sent_model_plus_its_own_members_mean_upd
     assert event["round"] == 1 and event["cross_similarity_max"] < -0.9
 
 
+def test_uniform_weighting_is_the_reference_codes_plain_mean_of_the_members_updates():
+    updates = {0: (1.0 * U, 10), 1: (0.5 * U, 30), 2: (0.2 * U, 60)}
+    no_split = {"cfl-eps2": 100.0}  # one cluster: its new model is the members' mean
+    plain = cfl_strategy(3, **no_split, **{"cfl-weighting": "uniform"})
+    weighted = cfl_strategy(3, **no_split)
+    play_round(plain, 1, updates)
+    play_round(weighted, 1, updates)
+    np.testing.assert_allclose(plain.models[0]["w"], SENT["w"] + (1.7 / 3) * U, rtol=1e-6)
+    np.testing.assert_allclose(weighted.models[0]["w"], SENT["w"] + (37 / 100) * U, rtol=1e-6)
+    # The split test's mean update is the same plain mean: its norm is logged per round.
+    assert plain.criterion[0][2] == pytest.approx(5 * 1.7 / 3, rel=1e-6)
+    assert weighted.criterion[0][2] == pytest.approx(5 * 0.37, rel=1e-6)
+    with pytest.raises(ValueError, match="cfl-weighting"):
+        cfl_strategy(3, **{"cfl-weighting": "median"})
+
+
 def test_a_side_without_replies_this_round_keeps_the_sent_model_and_stale_updates_do_not_count():
     strategy = cfl_strategy(**{"cfl-eps1": 1.0})
     # Round 1: everyone moves +U, except rows 4, 5 that move -U; mean norm 5/3 > eps1 = 1.

@@ -41,7 +41,8 @@ With a fraction of clients per round (unlike the
 paper, where all take part), each member's latest update stands for it in
 the bi-partition; a member that has not trained yet joins the larger side.
 The reference averages updates uniformly; here they are weighted by
-examples, as in every other method of the app.
+examples by default, as in every other method of the app
+(``cfl-weighting = "uniform"`` is the reference's rule).
 """
 
 from __future__ import annotations
@@ -100,6 +101,15 @@ CFL_MAX_CLUSTERS = Option(
     "cfl-max-clusters", int, 10, "CFL: at most this many clusters (paper: 10)", low=1, high=100
 )
 
+CFL_WEIGHTING = Option(
+    "cfl-weighting",
+    str,
+    "examples",
+    "CFL: how members' updates are weighted in the split test's mean and in each cluster's "
+    "new model: examples (as every method here) or uniform (the reference code)",
+    choices=("examples", "uniform"),
+)
+
 log = logging.getLogger("flwr.ripple")
 
 
@@ -115,7 +125,7 @@ class CFL(ClusterModels):
     ----------
     settings : RunSettings
         Its options ``cfl-warmup-fraction``, ``cfl-eps1``, ``cfl-eps2``,
-        ``cfl-max-similarity``, ``cfl-max-clusters``.
+        ``cfl-max-similarity``, ``cfl-max-clusters``, ``cfl-weighting``.
     initial_state : the one initial model.
     truth : the true mixtures pi* by partition id, for the ARI of the final clusters.
     """
@@ -126,6 +136,7 @@ class CFL(ClusterModels):
         CFL_EPS2,
         CFL_MAX_SIMILARITY,
         CFL_MAX_CLUSTERS,
+        CFL_WEIGHTING,
     )
     state_fields = ("criterion",)
     keeps_latest = True  # each client's last update
@@ -151,7 +162,8 @@ class CFL(ClusterModels):
         updates = flatten([a.state for a in accepted], self.keys)
         updates -= np.stack([sent[c] for c in labels])
         self.remember(rows, updates)
-        weights = np.array([a.num_examples for a in accepted], dtype=np.float64)
+        uniform = CFL_WEIGHTING.of(s) == "uniform"
+        weights = np.array([1 if uniform else a.num_examples for a in accepted], dtype=np.float64)
         for c in sorted(set(labels)):
             mask = np.array(labels) == c
             split, mean_norm, max_norm = cfl_should_split(
@@ -166,7 +178,9 @@ class CFL(ClusterModels):
             ):
                 self.split(server_round, c, mean_norm, max_norm)
         # Each reply counts for the cluster its client is in now (after this round's splits).
-        self.average_into_clusters(server_round, accepted, [int(self.assignment[r]) for r in rows])
+        self.average_into_clusters(
+            server_round, accepted, [int(self.assignment[r]) for r in rows], uniform=uniform
+        )
         return None
 
     def split(self, server_round: int, c: int, mean_norm: float, max_norm: float) -> bool:

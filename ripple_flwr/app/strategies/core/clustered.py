@@ -110,16 +110,25 @@ class ClusterModels(ServerModels):
         self._records = None
 
     def average_into_clusters(
-        self, server_round: int, accepted: list[Accepted], labels: list[int]
+        self,
+        server_round: int,
+        accepted: list[Accepted],
+        labels: list[int],
+        uniform: bool = False,
     ) -> list[int]:
         """Each cluster model becomes the example-weighted mean of its members' returned models.
+
+        ``uniform``: every member counts once, whatever its example count.
 
         A cluster whose new model would be non-finite or grow more than 10x
         in norm keeps its model (and the refusal is logged and recorded).
         Returns the clusters that changed.
         """
         new, changed = cluster_means(
-            self.models, [a.state for a in accepted], labels, [a.num_examples for a in accepted]
+            self.models,
+            [a.state for a in accepted],
+            labels,
+            [1 if uniform else a.num_examples for a in accepted],
         )
         kept = []
         for c in changed:
