@@ -106,6 +106,13 @@ def test_uniform_weighting_is_the_reference_codes_plain_mean_of_the_members_upda
     assert weighted.criterion[0][2] == pytest.approx(5 * 0.37, rel=1e-6)
     with pytest.raises(ValueError, match="cfl-weighting"):
         cfl_strategy(3, **{"cfl-weighting": "median"})
+    # Equal example counts (Table 1: 160 training images each): the same models, bit for bit.
+    equal = {r: (u, 160) for r, (u, _) in updates.items()}
+    plain = cfl_strategy(3, **no_split, **{"cfl-weighting": "uniform"})
+    weighted = cfl_strategy(3, **no_split)
+    play_round(plain, 1, equal)
+    play_round(weighted, 1, equal)
+    np.testing.assert_array_equal(plain.models[0]["w"], weighted.models[0]["w"])
 
 
 def test_a_side_without_replies_this_round_keeps_the_sent_model_and_stale_updates_do_not_count():
