@@ -23,12 +23,21 @@ def heterogeneity_map() -> str:
             "until it runs, the list at the top is all the evidence there is."
         )
     d = ev.load(MAP)
+    total = sum(len(c["rows"]) for c in d["cells"].values()) * len(d["seeds"])
+    missing = len(d.get("missing") or [])
+    done = (
+        f"all {total} runs done"
+        if not missing
+        else f"**{total - missing} of {total} runs done**: a cell whose runs are missing has "
+        "no margin yet"
+    )
     lines = [
         f"Fashion-MNIST, {d['base']['num-partitions']} clients, {d['rounds']} rounds, "
         f"{ev.seeds_text(d['seeds'])}; made on {d['machine']['node']} at "
         f"`{d['machine']['commit']}`. Ripple-Strat's margin over the best compared method "
         "(the oracle and Ripple-Unif not compared), points of accuracy, "
-        f"{ev.interval(d['seeds'])}:",
+        f"{ev.interval(d['seeds'])}; {done} (every method's cell: "
+        "[results/heterogeneity_map.md](results/heterogeneity_map.md)):",
         "",
         "| cell | training clients | new clients, zero-shot |",
         "|---|---|---|",
