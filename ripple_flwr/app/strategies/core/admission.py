@@ -181,6 +181,7 @@ class ClientRoster:
         self.corrected: dict[int, list[int]] = {}  # partition -> (train, test) it claimed
         self.local: LocalData | None = None  # set when the nodes bring their own data
         self.releases = ReleaseLedger()  # the DP releases of the embedding, per partition
+        self.taken_over: list[int] = []  # rows whose node a newcomer replaced at the last look
         self.resuming: dict[str, Any] | None = None  # the saved server state a run continues
         self._restored = False
         # The server's node id -> partition binding ($RIPPLE_PARTITION_MAP), if it has one.
@@ -321,21 +322,40 @@ class ClientRoster:
             len(again),
         )
 
-    def admit_late_joiners(self, grid: Grid, server_round: int) -> QueryResult | None:
+    def admit_late_joiners(
+        self, grid: Grid, server_round: int, replaceable: Sequence[int] = ()
+    ) -> QueryResult | None:
         """Query nodes that connected since the last look; return the new training clients.
 
         Only the newcomers get a message; the clients already in the run see
         nothing of it. A newcomer that fails its query is left out and not
         asked again. Held-out partitions among them join ``new_clients``.
+
+        ``replaceable``: training partitions whose node failed its last round (a
+        SuperNode that was killed and restarted comes back as a new node, since
+        Flower gives a SuperNode without authentication keys a new node id). A
+        newcomer claiming one of them takes it over: the run's row, summary and
+        state stay, only the node id changes (recorded in ``took_over`` of the
+        round's ``late_joiners`` entry; its rows in :attr:`taken_over`). Its new
+        summary is not used, but with embedding DP the query was a release and is
+        counted as that partition's second (the restarted node lost its first).
+        Any other partition already held is refused as before, and so is a
+        newcomer that asks before its partition's node has failed a round (it is
+        not asked again; a deployment that restarts nodes often should give them
+        authentication keys, which keep the node id).
         """
+        self.taken_over = []
         fresh = sorted(int(n) for n in grid.get_node_ids() if int(n) not in self.known_nodes)
         if not fresh:
             return None
         s = self.settings
-        taken = list(self.clients.partition_ids) + list(self.new_clients.partition_ids)
+        free = set(replaceable) if self.local is None else set()  # own data: slots by name
+        taken = [p for p in self.clients.partition_ids if p not in free]
+        taken += list(self.new_clients.partition_ids)
         t0 = time.perf_counter()
         result = self._ask(grid, fresh, taken=taken)
         self.known_nodes.update(fresh)
+        took_over = self._take_over(result, free, server_round)
         self._correct(result)
         self._cap(result)  # a late joiner is held to the cap the first round set
         train, new = split_new(result, s.num_partitions)
@@ -349,6 +369,7 @@ class ClientRoster:
                 "new_clients": list(new.partition_ids),
                 "rejected": {str(n): r for n, r in result.rejected.items()},
                 "seconds": time.perf_counter() - t0,
+                **({"took_over": took_over} if took_over else {}),
             }
         )
         log.info(
@@ -361,6 +382,36 @@ class ClientRoster:
             len(result.rejected),
         )
         return train if len(train) else None
+
+    def _take_over(self, result: QueryResult, free: set[int], server_round: int) -> dict:
+        """Newcomers of ``result`` that claim a ``free`` partition replace its node; removed
+        from ``result``. Returns partition -> {from, to} node ids."""
+        rows = [r for r, p in enumerate(result.partition_ids) if p in free]
+        if not rows:
+            return {}
+        row_of = {p: r for r, p in enumerate(self.clients.partition_ids)}
+        moved: dict[str, dict[str, str]] = {}
+        for r in rows:
+            pid, nid = result.partition_ids[r], result.node_ids[r]
+            row = row_of[pid]
+            old = self.clients.node_ids[row]
+            self.clients.node_ids[row] = nid
+            self.taken_over.append(row)
+            moved[str(pid)] = {"from": str(old), "to": str(nid)}
+            log.warning(
+                "round %d: node %d takes over partition %d from node %d, which failed its "
+                "last round (a restarted SuperNode is a new node)",
+                server_round,
+                nid,
+                pid,
+                old,
+            )
+        keep = [r for r in range(len(result)) if r not in set(rows)]
+        rest = result.select(keep)
+        rest.rejected = result.rejected
+        for name in vars(result):
+            setattr(result, name, getattr(rest, name))
+        return moved
 
     def _correct(self, result: QueryResult) -> None:
         """Benchmark partitions: the sizes are the server's, whatever a client reports.

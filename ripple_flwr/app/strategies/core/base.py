@@ -171,8 +171,16 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
         return clients
 
     def admit(self, grid: Grid, server_round: int) -> None:
-        """Late joiners that connected since the last look join from this round on."""
-        joined = self.roster.admit_late_joiners(grid, server_round)
+        """Late joiners that connected since the last look join from this round on.
+
+        A newcomer may take over the partition of a client that failed its last
+        round (a restarted SuperNode): that row counts no failures any more.
+        """
+        failing = [r for r, n in self.failures.items() if n > 0 and r < len(self.clients)]
+        replaceable = [self.clients.partition_ids[r] for r in failing]
+        joined = self.roster.admit_late_joiners(grid, server_round, replaceable)
+        for row in self.roster.taken_over:
+            self.failures.pop(row, None)
         if joined is not None:
             self.add_clients(joined)
 
