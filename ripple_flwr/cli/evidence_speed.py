@@ -48,3 +48,19 @@ def sweep_speed() -> str:
             f"{t1['estimated_hours']:.1f} h.",
         ]
     )
+
+
+INSTALL = "install_cpu.json"
+
+
+def install_size() -> str:
+    """README: the size and time of ``pip install -e .`` in a fresh venv on a CPU-only machine."""
+    d = ev.load(INSTALL)
+    gib = 2**30
+    return (
+        f"`{d['command']}` in a fresh venv gave a {d['venv_bytes'] / gib:.1f} GiB venv "
+        f"(`du`), {d['cuda_torch_bytes'] / gib:.1f} GiB of it torch, `nvidia-*` and `triton`, "
+        f"in {d['seconds'] / 60:.1f} min (`{d['commit']}`, {d['machine']['cpus']} CPU cores, "
+        f"no GPU, wheels from this machine's local mirror; from PyPI add their download; "
+        f"[docs/results/{INSTALL}](docs/results/{INSTALL}))."
+    )

@@ -24,7 +24,7 @@ from ripple_flwr.settings import Option, RunSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = {
-    "README.md": ("methods", "table1-headline", "default-run"),
+    "README.md": ("methods", "table1-headline", "default-run", "install-size"),
     "docs/methods.md": ("methods",),
     "docs/configuration.md": ("options",),
     "docs/pretraining.md": ("pretrain-options",),
@@ -111,6 +111,7 @@ GENERATORS = {
     "hdb": evidence_pages.hdb,
     "default-run": evidence_pages.default_run,
     "sweep-speed": evidence_speed.sweep_speed,
+    "install-size": evidence_speed.install_size,
     "heterogeneity-map": evidence_map.heterogeneity_map,
     "method-costs": evidence_map.costs,
 }
