@@ -5,6 +5,7 @@ cluster in tests/test_ray_cluster.py)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -141,7 +142,9 @@ def serial_runs(tmp_path_factory):
     """Three tiny real runs, serially in this process: {results name: results}."""
     out = tmp_path_factory.mktemp("serial")
     argv = ["--grid", "method=fedavg,ifca,local", *sets(TINY), "--out", str(out)]
-    assert sweep.main([*argv, "--jobs", "1", "--no-progress"]) == 0
+    with pytest.MonkeyPatch.context() as mp:  # sweep.main makes this process the server
+        mp.setenv("RIPPLE_OUTPUT_DIR", os.environ.get("RIPPLE_OUTPUT_DIR", ""))
+        assert sweep.main([*argv, "--jobs", "1", "--no-progress"]) == 0
     return {p.name: json.loads(p.read_text()) for p in sorted(out.glob("method-*.json"))}
 
 
