@@ -56,6 +56,7 @@ from conftest import (
     wait_for_port,
     write_cli_config,
 )
+from fault_deployment import group_alive, pids_with_env
 
 pytestmark = [
     pytest.mark.slow,
@@ -120,41 +121,16 @@ def _wait_for_log(procs: Processes, name: str, text: str, timeout: float) -> Non
     raise TimeoutError(f"{name}: no {text!r} after {timeout} s\n{procs.logs()}")
 
 
-def _ours(marker: str) -> list[int]:
-    """Pids of live processes whose environment holds ``marker`` (this test's Ray temp dir)."""
-    found = []
-    needle = marker.encode() + b"\0"  # a whole entry: not a longer path that starts alike
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes():
-                found.append(int(entry.name))
-        except OSError:  # gone, or not ours to read
-            pass
-    return found
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _stop_all(procs: Processes, marker: str) -> list[str]:
     """Stop every process group this test started; return what had to be killed late."""
     procs.stop()  # SIGTERM each group, SIGKILL a leader that does not exit within 15 s
     deadline = time.monotonic() + 20 * TIMEOUT_SCALE
     groups = [proc.pid for _, proc, _ in procs.procs]
-    while any(_group_alive(g) for g in groups) and time.monotonic() < deadline:
+    while any(group_alive(g) for g in groups) and time.monotonic() < deadline:
         time.sleep(0.5)
     late = []
     for name, proc, _ in procs.procs:
-        if _group_alive(proc.pid):
+        if group_alive(proc.pid):
             late.append(f"group of {name}")
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -162,7 +138,7 @@ def _stop_all(procs: Processes, marker: str) -> list[str]:
                 pass
     time.sleep(1)
     if Path("/proc").is_dir():
-        for pid in _ours(marker):  # left its group (setsid): still one of ours by its env
+        for pid in pids_with_env(marker):  # left its group (setsid): still one of ours by its env
             late.append(f"pid {pid} outside its group")
             try:
                 os.kill(pid, signal.SIGKILL)

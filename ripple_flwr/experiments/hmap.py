@@ -30,7 +30,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ripple_flwr.experiments.launch import add_execution_flags, make_runner, prepare_server_env
+from ripple_flwr.experiments.launch import (
+    add_execution_flags,
+    add_set_flag,
+    make_runner,
+    prepare_server_env,
+)
 from ripple_flwr.experiments.runner import Runner, build, log, write_json_line
 from ripple_flwr.experiments.stamp import machine_stamp
 from ripple_flwr.experiments.stats import INTERVAL, fmt_stat, seed_stats
@@ -172,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, nargs="+", default=[42, 7, 123])
     p.add_argument("--rounds", type=int, default=100)
     p.add_argument("--eval-every", type=int, default=10)
-    p.add_argument("--set", type=_kv, action="append", default=[], metavar="KEY=VALUE")
+    add_set_flag(p, "a run-config key for every run (e.g. --set checkpoint=...)")
     p.add_argument("--out", default="")
     p.add_argument("--reuse", action="store_true")
     p.add_argument("--reuse-only", action="store_true")
@@ -182,12 +187,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None, help="the margin figure (default: <out>/map.png)")
     add_execution_flags(p)
     return p
-
-
-def _kv(text: str) -> tuple[str, object]:
-    from ripple_flwr.experiments.tables import run_config_value
-
-    return run_config_value(text)
 
 
 def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = None) -> int:

@@ -18,11 +18,34 @@ from ripple_flwr.settings import CACHE_DIR_ENV, TRACKERS
 
 __all__ = [
     "add_execution_flags",
+    "add_set_flag",
     "execution_from",
     "make_runner",
     "prepare_server_env",
+    "run_config_value",
     "tracker_hook",
 ]
+
+
+def run_config_value(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` of ``--set``, VALUE parsed as TOML (so 1 is an int, "a" a string)."""
+    import tomllib
+
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"--set wants KEY=VALUE, got {text!r}")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # a bare word: a string
+    return key.strip(), value
+
+
+def add_set_flag(p: argparse.ArgumentParser, help: str) -> None:
+    """``--set KEY=VALUE`` (repeatable): run-config keys as TOML values."""
+    p.add_argument(
+        "--set", type=run_config_value, action="append", default=[], metavar="KEY=VALUE", help=help
+    )
 
 
 def add_execution_flags(p: argparse.ArgumentParser) -> None:

@@ -29,13 +29,14 @@ from typing import Any
 from ripple_flwr.experiments.executor import Outcome
 from ripple_flwr.experiments.launch import (
     add_execution_flags,
+    add_set_flag,
     make_runner,
     prepare_server_env,
+    run_config_value,
 )
 from ripple_flwr.experiments.runner import build, log, write_json_line
 from ripple_flwr.experiments.stamp import machine_stamp
 from ripple_flwr.experiments.stats import INTERVAL, fmt_stat, seed_stats
-from ripple_flwr.experiments.tables import run_config_value
 
 __all__ = ["build_parser", "grid_points", "main", "parse_grid", "point_name"]
 
@@ -78,14 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--grid", nargs="+", default=[], metavar="KEY=V1,V2", help="the keys and values to sweep"
     )
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of every point (0)")
-    p.add_argument(
-        "--set",
-        type=run_config_value,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a run-config key for every run",
-    )
+    add_set_flag(p, "a run-config key for every run")
     p.add_argument("--out", default="", help="folder for the results files")
     p.add_argument("--reuse", action="store_true", help="read runs whose results file matches")
     p.add_argument("--reuse-only", action="store_true", help="read finished runs, train nothing")

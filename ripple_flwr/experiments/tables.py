@@ -53,6 +53,7 @@ from pathlib import Path
 
 from ripple_flwr.experiments.launch import (
     add_execution_flags,
+    add_set_flag,
     make_runner,
     prepare_server_env,
 )
@@ -108,20 +109,6 @@ def apply_preset(args: argparse.Namespace) -> None:
             setattr(args, key, value)
 
 
-def run_config_value(text: str) -> tuple[str, object]:
-    """``KEY=VALUE`` of ``--set``, VALUE parsed as TOML (so 1 is an int, "a" a string)."""
-    import tomllib
-
-    key, sep, raw = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"--set wants KEY=VALUE, got {text!r}")
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw  # a bare word: a string
-    return key.strip(), value
-
-
 def _data_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", default="fashion-mnist")
     p.add_argument("--data-root", default="", help="where the dataset's files are (cifar10)")
@@ -140,13 +127,8 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--num-components", type=int, default=None, help="K (10; rotated-fashion-mnist: 4)"
     )
-    p.add_argument(
-        "--set",
-        type=run_config_value,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="any other run-config key (e.g. --set image-size=64 --set pretrained-weights=...)",
+    add_set_flag(
+        p, "any other run-config key (e.g. --set image-size=64 --set pretrained-weights=...)"
     )
     p.add_argument("--clients", type=int, default=None, help="default 100 (preset: 50, 233)")
     p.add_argument("--clients-per-round", type=int, default=10)
