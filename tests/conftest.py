@@ -4,6 +4,7 @@ and a tiny GMM-VAE checkpoint pre-trained once per session."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,19 @@ def flower_env(home: Path, ray_tmp: Path | None = None, **extra: str) -> dict[st
         }
     )
     return env
+
+
+# What a TLS deployment test needs installed; each skips with the reason otherwise.
+NEEDS_TLS_DEPLOYMENT = [
+    pytest.mark.skipif(
+        any(shutil.which(t) is None for t in ("flower-superlink", "flower-supernode", "flwr")),
+        reason="flower-superlink / flower-supernode / flwr not installed (pip install flwr)",
+    ),
+    pytest.mark.skipif(
+        shutil.which("openssl") is None or shutil.which("ssh-keygen") is None,
+        reason="openssl and ssh-keygen make the certificates and node keys",
+    ),
+]
 
 
 @pytest.fixture

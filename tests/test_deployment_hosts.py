@@ -35,18 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import TIMEOUT_SCALE, Processes, flower_env
+from conftest import NEEDS_TLS_DEPLOYMENT, TIMEOUT_SCALE, Processes, flower_env
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        any(shutil.which(t) is None for t in ("flower-superlink", "flower-supernode", "flwr")),
-        reason="flower-superlink / flower-supernode / flwr not installed (pip install flwr)",
-    ),
-    pytest.mark.skipif(
-        shutil.which("openssl") is None or shutil.which("ssh-keygen") is None,
-        reason="openssl and ssh-keygen make the certificates and node keys",
-    ),
+    *NEEDS_TLS_DEPLOYMENT,
     pytest.mark.skipif(
         sys.platform != "linux" or os.geteuid() != 0,
         reason="network namespaces (`ip netns`) need root on Linux",

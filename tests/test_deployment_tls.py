@@ -11,24 +11,24 @@ without the CA whose TLS handshake must fail.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import Processes, flower_env, free_port, run_flwr, run_status, wait_for_port
+from conftest import (
+    NEEDS_TLS_DEPLOYMENT,
+    Processes,
+    flower_env,
+    free_port,
+    run_flwr,
+    run_status,
+    wait_for_port,
+)
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        any(shutil.which(t) is None for t in ("flower-superlink", "flower-supernode", "flwr")),
-        reason="flower-superlink / flower-supernode / flwr not installed (pip install flwr)",
-    ),
-    pytest.mark.skipif(
-        shutil.which("openssl") is None or shutil.which("ssh-keygen") is None,
-        reason="openssl and ssh-keygen make the certificates and node keys",
-    ),
+    *NEEDS_TLS_DEPLOYMENT,
 ]
 
 # The server certificate's extensions: the SuperNodes and the CLI dial 127.0.0.1.
