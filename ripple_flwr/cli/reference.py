@@ -117,6 +117,28 @@ GENERATORS = {
 }
 
 
+# Further evidence modules: each declares ``BLOCKS = {page: {block name: generator}}``;
+# a block name must be unique across every page and module.
+EVIDENCE_MODULES: tuple[str, ...] = ()
+
+
+def _merge_modules() -> None:
+    import importlib
+
+    for name in EVIDENCE_MODULES:
+        module = importlib.import_module(f"ripple_flwr.cli.{name}")
+        for page, blocks in module.BLOCKS.items():
+            for block, generator in blocks.items():
+                if GENERATORS.get(block, generator) is not generator:
+                    raise ValueError(f"block {block!r} of {name} is already generated elsewhere")
+                GENERATORS[block] = generator
+                if block not in PAGES.get(page, ()):
+                    PAGES[page] = (*PAGES.get(page, ()), block)
+
+
+_merge_modules()
+
+
 def render(text: str, names: tuple[str, ...]) -> str:
     """``text`` with every named generated block rewritten; a missing marker is an error.
 
