@@ -81,3 +81,22 @@ def test_recovered_cells_are_marked_and_oracles_not_ranked():
         assert "recovered from the table" in line
     stats = {"oracle": {"mean": 0.99}, "a": {"mean": 0.5}, "b": {"mean": 0.5}, "c": {"mean": 0.4}}
     assert ev.ranks(stats) == {"a": 1, "b": 1, "c": 2}
+
+
+def test_a_changed_benchmark_number_changes_its_page(tmp_path, monkeypatch):
+    """docs/benchmarks.md follows its results file: a changed ratio flips the target's verdict."""
+    import json
+    import shutil
+
+    from ripple_flwr.cli import evidence as ev
+
+    shutil.copytree(ev.RESULTS, tmp_path / "results")
+    peer = tmp_path / "results" / "peer_pfllib.json"
+    peer.write_text(
+        json.dumps({**json.loads(peer.read_text()), "peer_train_round_ratio_vs_pfllib": 0.91})
+    )
+    monkeypatch.setattr(ev, "RESULTS", tmp_path / "results")
+    page = reference.ROOT / "docs/benchmarks.md"
+    text = reference.render(page.read_text(), reference.PAGES["docs/benchmarks.md"])
+    assert "**0.91x PFLlib's training round** (target 0.8x: missed)" in text
+    assert text != page.read_text()

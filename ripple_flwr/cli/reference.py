@@ -119,7 +119,7 @@ GENERATORS = {
 
 # Further evidence modules: each declares ``BLOCKS = {page: {block name: generator}}``;
 # a block name must be unique across every page and module.
-EVIDENCE_MODULES: tuple[str, ...] = ()
+EVIDENCE_MODULES: tuple[str, ...] = ("evidence_bench", "evidence_bench_runs")
 
 
 def _merge_modules() -> None:
