@@ -119,7 +119,14 @@ GENERATORS = {
 
 # Further evidence modules: each declares ``BLOCKS = {page: {block name: generator}}``;
 # a block name must be unique across every page and module.
-EVIDENCE_MODULES: tuple[str, ...] = ("evidence_bench", "evidence_bench_runs")
+EVIDENCE_MODULES: tuple[str, ...] = (
+    "evidence_bench",
+    "evidence_bench_runs",
+    "evidence_history",
+    "evidence_history_baselines",
+    "evidence_history_tables",
+    "evidence_history_zero_shot",
+)
 
 
 def _merge_modules() -> None:
