@@ -100,3 +100,45 @@ def test_a_changed_benchmark_number_changes_its_page(tmp_path, monkeypatch):
     text = reference.render(page.read_text(), reference.PAGES["docs/benchmarks.md"])
     assert "**0.91x PFLlib's training round** (target 0.8x: missed)" in text
     assert text != page.read_text()
+
+
+def test_history_blocks_read_only_committed_files_and_follow_them(tmp_path, monkeypatch):
+    """results.md's earlier-protocol blocks: git's copy of docs/results/ alone gives the
+    committed page, and one number changed in a source file changes the page."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    from ripple_flwr.cli import evidence as ev
+
+    listed = subprocess.run(
+        ["git", "ls-files", "docs/results"], cwd=reference.ROOT, capture_output=True, text=True
+    )
+    if listed.returncode != 0 or not listed.stdout.strip():
+        pytest.skip("not a git checkout: cannot tell committed files")
+    for rel in listed.stdout.split():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(reference.ROOT / rel, tmp_path / rel)
+    names = tuple(n for n in reference.PAGES["docs/results.md"] if n.startswith("history-"))
+    assert len(names) > 20
+    page = (reference.ROOT / "docs/results.md").read_text()
+
+    def rendered():
+        ev.load.cache_clear()
+        ev.summaries.cache_clear()
+        return reference.render(page, names)
+
+    monkeypatch.setattr(ev, "RESULTS", tmp_path / "docs" / "results")
+    try:
+        assert rendered() == page
+        source = tmp_path / "docs/results/accuracy_fashion_300rounds_flower_seed0.json"
+        text = source.read_text()
+        assert text.count('"final_accuracy": 0.8375833333333333') == 1  # FedYogi's
+        source.write_text(text.replace("0.8375833333333333", "0.9375833333333333"))
+        changed = rendered()
+        assert "| FedYogi | 56.0 | 58.6 | 73.7 | 79.3 | 84.9 | 93.8 |" in changed
+        assert "FedYogi, FedAdagrad end 10.3-23.9 points above FedAvg" in changed
+    finally:
+        ev.load.cache_clear()
+        ev.summaries.cache_clear()
