@@ -7,7 +7,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from flwr.app import Context  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
-from ripple_flwr.app.server import run_server  # noqa: E402
+from ripple_flwr.app.server.run import run_server  # noqa: E402
 
 app = ServerApp()
 

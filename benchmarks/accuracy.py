@@ -3,7 +3,7 @@
 The paper's protocol (spec section 5): Fashion-MNIST, 100 clients x 200
 images, Dir(0.1), 10 clients per round, the paper's CNN and optimiser,
 evaluation every 10 rounds. Methods: every entry of the method registry
-(``ripple_flwr.app.registry``): Ripple Strat and Unif with both routers
+(``ripple_flwr.methods.registry``): Ripple Strat and Unif with both routers
 (gmm-vae, mean-unmixing), the oracle (w = pi*) with either sampler (each
 Ripple variant's own oracle), Flower's FedAvg, FedProx, FedAdam, FedYogi
 and FedAdagrad, and local-only training, on the same data, sampler budget

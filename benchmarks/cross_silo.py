@@ -90,7 +90,7 @@ def nodes(paths: dict) -> list[dict]:
 
 
 def simulate(paths: dict, out: Path, rounds: int) -> dict:
-    from ripple_flwr.app.server import run_server
+    from ripple_flwr.app.server.run import run_server
     from ripple_flwr.runs.outputs import OUTPUT_DIR_ENV
     from ripple_flwr.testing.inprocess import InProcessGrid
 

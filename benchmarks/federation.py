@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from ripple_flwr.app.server import run_server  # noqa: E402
+from ripple_flwr.app.server.run import run_server  # noqa: E402
 from ripple_flwr.runs.outputs import OUTPUT_DIR_ENV  # noqa: E402
 from ripple_flwr.settings import CACHE_DIR_ENV  # noqa: E402
 from ripple_flwr.testing.inprocess import InProcessGrid  # noqa: E402

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 from runs import write_json_line  # noqa: E402
 
-from ripple_flwr.app.server import run_server  # noqa: E402
+from ripple_flwr.app.server.run import run_server  # noqa: E402
 from ripple_flwr.runs.saved_runs import load_run  # noqa: E402
 from ripple_flwr.testing import faults  # noqa: E402
 from ripple_flwr.testing.inprocess import InProcessGrid  # noqa: E402

@@ -50,7 +50,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as server_app.py and clie
 import numpy as np  # noqa: E402
 from sim_overhead import simulated_rounds  # noqa: E402
 
-from ripple_flwr.app.client_data import benchmark_data  # noqa: E402
+from ripple_flwr.app.client.data import benchmark_data  # noqa: E402
 from ripple_flwr.app.run_config import parse_run_config  # noqa: E402
 
 DATASET = "FMNIST_ripple"  # "MNIST" in the name: PFLlib picks FedAvgCNN(1, 10, dim=1024)

@@ -48,7 +48,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from memory import TreeMemory  # noqa: E402
 from runs import write_json_line  # noqa: E402
 
-import ripple_flwr.app.server as server  # noqa: E402
+import ripple_flwr.app.server.run as server  # noqa: E402
 from ripple_flwr.runs.outputs import OUTPUT_DIR_ENV  # noqa: E402
 from ripple_flwr.settings import CACHE_DIR_ENV  # noqa: E402
 from ripple_flwr.testing.inprocess import InProcessGrid  # noqa: E402

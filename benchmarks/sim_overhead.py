@@ -43,8 +43,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from scale_flwr import FLOWER_ENV, free_port, stop_sessions, toml_value, wait_for_port  # noqa: E402
 
-from ripple_flwr.app.client import client_rule  # noqa: E402
-from ripple_flwr.app.client_data import benchmark_data  # noqa: E402
+from ripple_flwr.app.client.data import benchmark_data  # noqa: E402
+from ripple_flwr.app.client.work import client_rule  # noqa: E402
 from ripple_flwr.app.run_config import parse_run_config  # noqa: E402
 from ripple_flwr.training.models import build_model, get_state, set_state  # noqa: E402
 from ripple_flwr.training.rules import RoundInputs, train_with_rule  # noqa: E402

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ripple_flwr.aggregation.hdb import refine_hdb  # noqa: E402
 from ripple_flwr.aggregation.mixing import unstack  # noqa: E402
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.server import run_server  # noqa: E402
+from ripple_flwr.app.server.run import run_server  # noqa: E402
 from ripple_flwr.data.cache import cached_federation  # noqa: E402
 from ripple_flwr.runs.onboarding import Onboarder  # noqa: E402
 from ripple_flwr.runs.outputs import CHECKPOINT_DIR_ENV  # noqa: E402

@@ -7,15 +7,18 @@ import pytest
 from conftest import tiny_run_config
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-from ripple_flwr.app.client import (
-    check_partition,
-    evaluate_client,
-    handle_evaluate,
-    handle_query,
-    handle_train,
-    record_to_state,
-    state_to_record,
+from ripple_flwr.app.client.handlers import handle_evaluate, handle_query, handle_train
+from ripple_flwr.app.client.work import check_partition, evaluate_client
+from ripple_flwr.app.protocol.messages import (
+    ProtocolError,
+    TrainRequest,
+    decode_query,
+    evaluate_config,
+    query_config,
+    train_config,
+    with_round,
 )
+from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.data import cache as federation_cache
 from ripple_flwr.settings import RunSettings
@@ -104,7 +107,7 @@ def test_train_and_evaluate_handlers(cache_dir):
         new["classifier.2.bias"],
     )
     reply = handle_evaluate(
-        _msg({"arrays": state_to_record(new), "config": ConfigRecord()}, "evaluate"),
+        _msg({"arrays": state_to_record(new), "config": evaluate_config(1)}, "evaluate"),
         _context(cfg, pid=0),
     )
     m = reply.content.metric_records["metrics"]
@@ -113,6 +116,28 @@ def test_train_and_evaluate_handlers(cache_dir):
     assert m["accuracy"] * 12 == pytest.approx(round(m["accuracy"] * 12))
     direct = evaluate_client(parse_run_config(cfg), 0, new)
     assert (m["accuracy"], m["loss"]) == (direct["accuracy"], direct["loss"])
+
+
+@pytest.mark.parametrize("key", ["server-round", "lr", "momentum", "local-epochs", "batch-size"])
+def test_a_training_message_without_a_key_is_refused_naming_it(key):
+    """The client never falls back to its own settings: a missing key is an error that names it."""
+    full = train_config(0.05, 0.9, 1, 16)
+    content = RecordDict({"config": ConfigRecord({k: v for k, v in with_round(full, 3).items()})})
+    assert TrainRequest.decode(content).server_round == 3
+    del content["config"][key]
+    with pytest.raises(ProtocolError, match=f"the train message's config lacks '{key}'"):
+        TrainRequest.decode(content)
+    with pytest.raises(ProtocolError, match="the train message lacks its 'config' record"):
+        TrainRequest.decode(RecordDict({}))
+
+
+def test_a_query_without_its_summary_kind_is_answered_with_the_reason(cache_dir):
+    """A query that does not say which summary it wants is refused by the handler, not guessed."""
+    cfg = tiny_run_config(cache_dir)
+    with pytest.raises(ProtocolError, match="the query.embed message's config lacks 'summary'"):
+        handle_query(_msg({"config": ConfigRecord({})}, "query.embed"), _context(cfg))
+    with pytest.raises(ProtocolError, match="asks for summary 'phi'"):
+        decode_query(RecordDict({"config": query_config("phi")}))
 
 
 def test_federation_cache_on_disk(tmp_path):

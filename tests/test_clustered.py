@@ -16,11 +16,12 @@ from ripple_flwr.aggregation.clustering import (
     kmeans_lloyd,
     nearest_centres,
 )
-from ripple_flwr.app.candidates import lowest_loss, payload_records, split_candidates
-from ripple_flwr.app.records import record_to_state, state_to_record
-from ripple_flwr.app.registry import MethodInputs, get_method
+from ripple_flwr.app.client.candidates import lowest_loss
+from ripple_flwr.app.protocol.candidates import payload_records, split_candidates
+from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.strategies.core.zero_shot import onboard_new_clients
+from ripple_flwr.app.server.strategies.core.zero_shot import onboard_new_clients
+from ripple_flwr.methods.registry import MethodInputs, get_method
 from ripple_flwr.runs.results import arrayrecord_nbytes
 from ripple_flwr.settings import ConfigError
 from ripple_flwr.training.loops import evaluate_model
@@ -134,7 +135,7 @@ def test_cnn_candidates_scored_in_one_pass_choose_as_one_model_at_a_time():
 
 def test_the_real_client_chooses_on_its_training_split(tmp_path):
     """handle_train: the chosen candidate is the argmin of the training-split losses."""
-    from ripple_flwr.app.client import choose_candidate
+    from ripple_flwr.app.client.work import choose_candidate
     from ripple_flwr.data.cache import cached_federation
     from ripple_flwr.training.models import build_model, get_state, set_state
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from ripple_flwr.app.registry import all_options
 from ripple_flwr.app.run_config import parse_run_config, settings_from_context, summary_kind
+from ripple_flwr.methods.registry import all_options
 from ripple_flwr.router.pretrain import pretrain_settings_for
 from ripple_flwr.settings import ConfigError, RunSettings
 
@@ -65,7 +65,7 @@ def test_invalid_config_is_refused(override, message):
 
 
 def test_checkpoint_settings_mismatch_is_a_config_error(tiny_checkpoint, tmp_path):
-    from ripple_flwr.app.server import resolve_checkpoint
+    from ripple_flwr.app.server.run import resolve_checkpoint
 
     # The tiny checkpoint has K=4; a run with K=5 must be refused before any round.
     settings = RunSettings(
@@ -81,8 +81,8 @@ def test_checkpoint_settings_mismatch_is_a_config_error(tiny_checkpoint, tmp_pat
 
 def test_every_integer_option_has_a_sanity_bound_checked_before_work():
     """No integer a run config sets can ask for unbounded memory or time (issue 21, 11)."""
-    from ripple_flwr.app import registry
     from ripple_flwr.app.run_config import parse_run_config
+    from ripple_flwr.methods import registry
     from ripple_flwr.settings import ConfigError
 
     options = [*RunSettings.fields_as_options(), *registry.all_options()]

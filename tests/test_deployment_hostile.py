@@ -27,7 +27,7 @@ HOSTILE_CLIENT_APP = '''
 
 from flwr.clientapp import ClientApp
 
-from ripple_flwr.app.client import handle_evaluate, handle_query, handle_train
+from ripple_flwr.app.client.handlers import handle_evaluate, handle_query, handle_train
 from ripple_flwr.testing.faults import FAULTS, wrap_handler
 
 app = ClientApp()

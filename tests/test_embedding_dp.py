@@ -9,7 +9,7 @@ import pytest
 from conftest import tiny_run_config
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-from ripple_flwr.app.records import (
+from ripple_flwr.app.protocol.records import (
     DP_CONFIG,
     DP_RECORD,
     mechanism_from_records,
@@ -92,7 +92,8 @@ def test_bad_dp_settings_are_refused(over, match):
 
 
 def test_the_client_sends_the_noisy_release_only(tiny_checkpoint, cache_dir):
-    from ripple_flwr.app.client import client_summary, embedder_for, handle_query
+    from ripple_flwr.app.client.handlers import handle_query
+    from ripple_flwr.app.client.work import client_summary, embedder_for
     from ripple_flwr.data.cache import cached_federation
     from ripple_flwr.router.pretrain import load_checkpoint
 
@@ -129,8 +130,9 @@ def test_the_client_sends_the_noisy_release_only(tiny_checkpoint, cache_dir):
 
 def test_a_node_asked_twice_in_a_run_sends_its_one_release_again(cache_dir, monkeypatch):
     """A second DP query (same run, mechanism and data) gets the same vector: no second epsilon."""
-    from ripple_flwr.app.client import embedder_for, handle_query
-    from ripple_flwr.app.node_release import RELEASE_STATE_KEY
+    from ripple_flwr.app.client.handlers import handle_query
+    from ripple_flwr.app.client.node_release import RELEASE_STATE_KEY
+    from ripple_flwr.app.client.work import embedder_for
     from ripple_flwr.data.cache import cached_federation
 
     cfg = tiny_run_config(cache_dir, method="ripple")
@@ -167,7 +169,7 @@ def test_a_node_asked_twice_in_a_run_sends_its_one_release_again(cache_dir, monk
 
 @pytest.mark.slow
 def test_a_private_run_routes_the_noisy_embeddings(tiny_checkpoint, cache_dir, tmp_path):
-    from ripple_flwr.app.server import run_server
+    from ripple_flwr.app.server.run import run_server
     from ripple_flwr.testing.inprocess import InProcessGrid
 
     results = {}

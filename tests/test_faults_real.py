@@ -45,7 +45,7 @@ from fault_deployment import (
     wait_until_done,
 )
 
-from ripple_flwr.app.server import run_server
+from ripple_flwr.app.server.run import run_server
 
 pytestmark = [
     pytest.mark.slow,

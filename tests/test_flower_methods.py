@@ -17,11 +17,11 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import strategy as flower
 
 from ripple_flwr.aggregation.mixing import uniform_sample
-from ripple_flwr.app.records import record_to_state, state_to_record
-from ripple_flwr.app.registry import MethodInputs, get_method
+from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.strategies.core.flower import FlowerModel, fedopt_kwargs
-from ripple_flwr.app.strategies.core.grid import SampledGrid
+from ripple_flwr.app.server.strategies.core.flower import FlowerModel, fedopt_kwargs
+from ripple_flwr.app.server.strategies.core.grid import SampledGrid
+from ripple_flwr.methods.registry import MethodInputs, get_method
 
 STATE = {
     "w": np.array([1.0, -2.0, 0.5, 3.0], dtype=np.float32),

@@ -22,8 +22,8 @@ from ripple_flwr.aggregation.descriptors import (
     model_dims,
     projection,
 )
-from ripple_flwr.app.server import run_server
-from ripple_flwr.app.strategies.core.describe import DESCRIBE_TYPE, read_descriptor_reply
+from ripple_flwr.app.server.run import run_server
+from ripple_flwr.app.server.strategies.core.describe import DESCRIBE_TYPE, read_descriptor_reply
 from ripple_flwr.runs.results import message_nbytes
 from ripple_flwr.runs.resume import load_server_state
 from ripple_flwr.training.latent import latent_features
@@ -313,7 +313,7 @@ def test_a_late_joiner_after_the_clustering_is_assigned_by_its_label_free_descri
 
 def test_onboard_py_assigns_a_new_client_as_the_run_did(flux_run):
     """A saved FLUX run (router ``descriptor``) onboards outside Flower by the same rule."""
-    from ripple_flwr.app.client_data import benchmark_data
+    from ripple_flwr.app.client.data import benchmark_data
     from ripple_flwr.app.run_config import parse_run_config
     from ripple_flwr.runs.onboarding import Onboarder
 

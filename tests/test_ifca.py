@@ -8,10 +8,10 @@ from conftest import FakeGrid, tiny_run_config
 from test_clustered import run_method, state
 
 from ripple_flwr.aggregation.clustering import redraw_until_balanced
-from ripple_flwr.app.candidates import split_candidates
-from ripple_flwr.app.records import record_to_state, state_to_record
+from ripple_flwr.app.protocol.candidates import split_candidates
+from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.strategies.ifca import IFCA
+from ripple_flwr.app.server.strategies.ifca import IFCA
 from ripple_flwr.runs.results import arrayrecord_nbytes
 
 
@@ -83,7 +83,7 @@ def _blown_up(st: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def test_a_collapsed_first_draw_is_drawn_again_with_the_real_clients(cache_dir):
-    from ripple_flwr.app.server import initial_state
+    from ripple_flwr.app.server.run import initial_state
     from ripple_flwr.data.cache import cached_federation
 
     over = {"num-components": 2, "num-server-rounds": 1, "ifca-init-balance": 0.3}

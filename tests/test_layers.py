@@ -27,13 +27,23 @@ ALLOWED: dict[str, set[str]] = {
     "privacy": {"data"},
     "router": {"settings", "io", "data", "wst", "training"},
     "runs": BELOW_RUNS,
-    "app": BELOW_RUNS | {"runs"},
-    "cli": BELOW_RUNS | {"runs", "app"},
-    "experiments": BELOW_RUNS | {"runs", "app"},
-    "testing": BELOW_RUNS | {"runs", "app", "experiments"},
+    "methods": {"settings", "training"},  # the registry: names strategies only as import paths
+    "app": BELOW_RUNS | {"runs", "methods"},
+    "cli": BELOW_RUNS | {"runs", "app", "methods"},
+    "experiments": BELOW_RUNS | {"runs", "app", "methods"},
+    "testing": BELOW_RUNS | {"runs", "app", "methods", "experiments"},
+}
+# Inside the app: the client side and the server side are joined only by the protocol (and
+# the run config both parse); neither imports the other, and the protocol imports neither.
+APP = "ripple_flwr.app"
+APP_FORBIDDEN = {
+    f"{APP}.client": (f"{APP}.server",),
+    f"{APP}.server": (f"{APP}.client",),
+    f"{APP}.protocol": (f"{APP}.client", f"{APP}.server", f"{APP}.run_config"),
 }
 # Layers that must not know Flower (flwr-datasets, a data library, is not Flower).
 NO_FLOWER = {
+    "methods",
     "settings",
     "io",
     "data",
@@ -120,6 +130,30 @@ def test_imports_point_down(module):
         assert not flower, f"{module} ({own}) imports Flower: {flower}"
 
 
+@pytest.mark.parametrize("side", sorted(APP_FORBIDDEN))
+def test_the_app_sides_meet_only_in_the_protocol(side):
+    """No client module imports the server side, no server module the client side."""
+    modules = [m for m in MODULES if m == side or m.startswith(side + ".")]
+    assert modules, f"no module under {side}"
+    crossing = {
+        m: sorted(t for t in GRAPH[m] if t.startswith(APP_FORBIDDEN[side])) for m in modules
+    }
+    crossing = {m: t for m, t in crossing.items() if t}
+    assert not crossing, f"{side} imports what it must not: {crossing}"
+
+
+def test_the_client_process_imports_no_strategy():
+    """Importing ``client_app`` (what every deployed message starts) loads no server module."""
+    code = (
+        "import sys, client_app;"
+        "bad = sorted(m for m in sys.modules if m.startswith('ripple_flwr.app.server'));"
+        "print(bad); sys.exit(bool(bad))"
+    )
+    root = PACKAGE.parent
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_no_import_cycle():
     """Depth-first search over the module graph; a back edge is a cycle, named in full."""
     state: dict[str, int] = {}  # 1 on the stack, 2 done
@@ -157,7 +191,7 @@ def test_settings_import_nothing_heavy():
     """Parsing settings loads neither torch, kymatio, Flower nor the registry."""
     code = (
         "import sys, ripple_flwr.settings as s; s.RunSettings();"
-        "heavy = [m for m in ('torch', 'kymatio', 'flwr', 'ripple_flwr.app.registry')"
+        "heavy = [m for m in ('torch', 'kymatio', 'flwr', 'ripple_flwr.methods.registry')"
         " if m in sys.modules]; print(heavy); sys.exit(bool(heavy))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ripple_flwr.app.server import run_server
+from ripple_flwr.app.server.run import run_server
 from ripple_flwr.runs.outputs import confined_results_path, output_root
 from ripple_flwr.settings import ConfigError, RunSettings
 
@@ -119,7 +119,7 @@ def machine(root, tmp_path, monkeypatch):
 
 
 def checkpoint_error(path) -> str:
-    from ripple_flwr.app.server import resolve_checkpoint
+    from ripple_flwr.app.server.run import resolve_checkpoint
 
     with pytest.raises(ConfigError) as err:
         resolve_checkpoint(settings(checkpoint=str(path)), (1, 28, 28))

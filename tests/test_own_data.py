@@ -13,7 +13,7 @@ import pytest
 from conftest import FakeGrid, tiny_run_config
 from silos import CLASSES, SILO_COUNTS, mixture, write_federation, write_silo
 
-from ripple_flwr.app.server import run_server
+from ripple_flwr.app.server.run import run_server
 from ripple_flwr.settings import ConfigError
 
 TRAIN_SILOS = ("silo-a", "silo-b", "silo-c")
@@ -123,7 +123,7 @@ def test_local_runs_are_refused_before_any_work_without_what_the_server_needs(ca
         parse_run_config({**base, "method": "ripple"})
     with pytest.raises(ConfigError, match="true mixtures"):
         parse_run_config({**base, "method": "oracle", "aux-data": "x"})
-    from ripple_flwr.app.run_data import resolve_run_data
+    from ripple_flwr.app.server.run_data import resolve_run_data
 
     with pytest.raises(ConfigError, match="class-names, image-size, channels"):
         resolve_run_data(parse_run_config({**base, "method": "fedavg"}))

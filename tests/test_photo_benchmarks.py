@@ -19,7 +19,7 @@ import pytest
 from conftest import FakeGrid, tiny_run_config
 from photo_sets import write_fake_resnet18_weights, write_gldv2, write_office_home
 
-from ripple_flwr.app.server import run_server
+from ripple_flwr.app.server.run import run_server
 from ripple_flwr.settings import ConfigError
 
 pytestmark = pytest.mark.slow

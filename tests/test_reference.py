@@ -1,7 +1,7 @@
 """The committed method table and configuration reference are what the code declares."""
 
-from ripple_flwr.app.registry import METHODS, all_options
 from ripple_flwr.cli import reference
+from ripple_flwr.methods.registry import METHODS, all_options
 from ripple_flwr.settings import RunSettings
 
 

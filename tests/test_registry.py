@@ -7,8 +7,10 @@ from typing import get_args
 
 import pytest
 
-from ripple_flwr.app import registry as methods
-from ripple_flwr.app.registry import (
+from ripple_flwr.app.run_config import check_run, summary_kind
+from ripple_flwr.app.server.strategies.fedavg import FedAvgMethod
+from ripple_flwr.methods import registry as methods
+from ripple_flwr.methods.registry import (
     METHODS,
     Family,
     MethodSpec,
@@ -16,17 +18,21 @@ from ripple_flwr.app.registry import (
     get_method,
     register,
 )
-from ripple_flwr.app.run_config import check_run, summary_kind
-from ripple_flwr.app.strategies.fedavg import FedAvgMethod
 from ripple_flwr.settings import ConfigError, Option, RunSettings
 from ripple_flwr.training.client_rules import CLIENT_RULES
+
+FEDAVG = "ripple_flwr.app.server.strategies.fedavg:FedAvgMethod"
+
+
+class Forgetful(FedAvgMethod):  # keeps whatever it likes, says nothing
+    pass
 
 
 def _spec(**over) -> MethodSpec:
     base = {
         "name": "toy",
         "summary": "a toy method",
-        "strategy": FedAvgMethod,
+        "strategy": FEDAVG,
         "models": "one",
         "exports": "global",
         "family": "global",
@@ -46,7 +52,7 @@ def test_every_registered_method_is_complete():
         assert name == spec.name
         spec.check()
         assert spec.client_rule in CLIENT_RULES
-        assert "state_fields" in vars(spec.strategy), f"{name} declares no state"
+        assert "state_fields" in vars(spec.strategy_class), f"{name} declares no state"
         # Every option it reads is parsed from a run config, and only those of registered ones.
         assert set(o.key for o in spec.options) <= set(o.key for o in all_options())
         assert spec.family in get_args(Family), f"{name} has no family"
@@ -69,9 +75,9 @@ def test_duplicate_name_is_refused(scratch_registry):
         ({"name": ""}, "must be a lower-case word"),
         ({"name": "Fed Avg"}, "must be a lower-case word"),
         ({"summary": " "}, "has no summary"),
-        ({"strategy": None}, "strategy must be an AppStrategy class"),
-        ({"strategy": object}, "strategy must be an AppStrategy class"),
-        ({"build": 3}, "build must be callable"),
+        ({"strategy": ""}, "'toy' names no strategy"),
+        ({"strategy": "FedAvgMethod"}, "'FedAvgMethod' is not 'package.module:Name'"),
+        ({"build": "build_fedavg"}, "'build_fedavg' is not 'package.module:Name'"),
         ({"models": "two"}, "models='two'"),
         ({"exports": "weights"}, "exports='weights'"),
         ({"client_rule": "scaffold-ii"}, "client_rule='scaffold-ii' is not one of sgd"),
@@ -97,23 +103,22 @@ def test_registered_method_is_accepted_by_the_config(scratch_registry):
     assert summary_kind(RunSettings(method="toyrouted")) == "embedding"
 
 
-def test_a_strategy_that_declares_no_state_is_refused(scratch_registry):
-    class Forgetful(FedAvgMethod):  # keeps whatever it likes, says nothing
-        pass
-
+def test_a_strategy_that_declares_no_state_or_is_none_is_refused_when_resolved(scratch_registry):
+    """The registry names strategies by path (clients never import them); the server resolves
+    one only to build it, and refuses one that is not a strategy or declares no state."""
+    spec = register(_spec(strategy=f"{__name__}:Forgetful"))
     with pytest.raises(ValueError, match="Forgetful does not declare state_fields"):
-        register(_spec(strategy=Forgetful))
+        _ = spec.strategy_class
+    with pytest.raises(ValueError, match="builtins:object is not an AppStrategy class"):
+        _ = _spec(name="thing", strategy="builtins:object").strategy_class
 
 
 def test_an_option_may_not_shadow_a_setting_or_differ_between_methods(scratch_registry):
-    def with_options(*opts):
-        return type("Opt", (FedAvgMethod,), {"options": opts, "state_fields": ()})
-
     with pytest.raises(ValueError, match="option 'lr' is a run setting"):
-        register(_spec(strategy=with_options(Option("lr", float, 0.1, "again"))))
+        register(_spec(options=(Option("lr", float, 0.1, "again"),)))
     other_mu = Option("proximal-mu", float, 0.5, "another mu", low=0)
     with pytest.raises(ValueError, match="'proximal-mu' is declared differently"):
-        register(_spec(strategy=with_options(other_mu)))
+        register(_spec(options=(other_mu,)))
 
 
 def test_unknown_method_lists_the_registered_ones():

@@ -9,7 +9,7 @@ import pytest
 from conftest import FakeGrid, tiny_run_config
 from flwr.app import Array, ArrayRecord
 
-from ripple_flwr.app.server import run_server
+from ripple_flwr.app.server.run import run_server
 from ripple_flwr.runs.results import (
     ari_permutation_test,
     arrayrecord_nbytes,

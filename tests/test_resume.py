@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from conftest import FakeGrid, tiny_run_config
 
-from ripple_flwr.app.registry import METHODS
-from ripple_flwr.app.server import run_server
+from ripple_flwr.app.server.run import run_server
 from ripple_flwr.io.integrity import IntegrityError
+from ripple_flwr.methods.registry import METHODS
 from ripple_flwr.runs.resume import decode, encode, load_server_state, save_server_state
 from ripple_flwr.settings import ConfigError
 
@@ -284,7 +284,7 @@ def release_calls(monkeypatch) -> list[int]:
 
 def dp_asked(*grids) -> dict[int, int]:
     """How many query messages asked each partition's node for its DP release, over ``grids``."""
-    from ripple_flwr.app.records import DP_RECORD
+    from ripple_flwr.app.protocol.records import DP_RECORD
 
     asked: dict[int, int] = {}
     for grid in grids:

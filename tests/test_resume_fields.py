@@ -12,12 +12,12 @@ import pytest
 from conftest import FakeGrid, tiny_run_config
 from test_resume import METHOD_CONFIG
 
-from ripple_flwr.app.registry import METHODS, get_method
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.run_data import resolve_run_data
-from ripple_flwr.app.server import build_strategy, initial_state, resolve_checkpoint, run_server
-from ripple_flwr.app.strategies.core.restore import restored_fields
-from ripple_flwr.app.strategies.core.state import to_plain
+from ripple_flwr.app.server.run import build_strategy, initial_state, resolve_checkpoint, run_server
+from ripple_flwr.app.server.run_data import resolve_run_data
+from ripple_flwr.app.server.strategies.core.restore import restored_fields
+from ripple_flwr.app.server.strategies.core.state import to_plain
+from ripple_flwr.methods.registry import METHODS, get_method
 from ripple_flwr.runs.resume import load_server_state, save_server_state
 from ripple_flwr.settings import ConfigError
 

@@ -21,10 +21,10 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from torch import nn
 from torch.nn import functional as F
 
-from ripple_flwr.app.node_state import NodeStore
-from ripple_flwr.app.records import record_to_state, state_to_record
-from ripple_flwr.app.registry import MethodInputs, get_method
+from ripple_flwr.app.client.node_state import NodeStore
+from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
+from ripple_flwr.methods.registry import MethodInputs, get_method
 from ripple_flwr.settings import ConfigError
 from ripple_flwr.training.client_rules import CLIENT_RULES
 from ripple_flwr.training.models import get_state, set_state
@@ -444,7 +444,7 @@ def test_node_that_lost_its_state_starts_from_zero_with_a_warning(method, caplog
 def test_real_handlers_keep_state_per_node_and_report_it(cache_dir, tmp_path):
     from conftest import tiny_run_config
 
-    from ripple_flwr.app.server import run_server
+    from ripple_flwr.app.server.run import run_server
 
     cfg = tiny_run_config(
         cache_dir,
@@ -547,8 +547,8 @@ def test_a_client_that_failed_before_keeping_state_is_not_reported_lost(cache_di
 
     from conftest import tiny_run_config
 
-    from ripple_flwr.app.handlers import dispatch
-    from ripple_flwr.app.server import run_server
+    from ripple_flwr.app.client.handlers import dispatch
+    from ripple_flwr.app.server.run import run_server
 
     def app(msg, context):
         cfg = msg.content.config_records.get("config")

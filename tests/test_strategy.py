@@ -11,14 +11,14 @@ from conftest import FakeGrid, tiny_run_config
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 
 from ripple_flwr.aggregation.mixing import mix_models
-from ripple_flwr.app.client import record_to_state, state_to_record
+from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.server import build_strategy, initial_state, run_server
-from ripple_flwr.app.strategies.core.admission import NotEnoughClientsError, wait_for_nodes
-from ripple_flwr.app.strategies.core.base import client_train_config
-from ripple_flwr.app.strategies.fedavg import FedAvgMethod
-from ripple_flwr.app.strategies.local_only import LocalOnly
-from ripple_flwr.app.strategies.ripple import RippleStrategy
+from ripple_flwr.app.server.run import build_strategy, initial_state, run_server
+from ripple_flwr.app.server.strategies.core.admission import NotEnoughClientsError, wait_for_nodes
+from ripple_flwr.app.server.strategies.core.base import client_train_config
+from ripple_flwr.app.server.strategies.fedavg import FedAvgMethod
+from ripple_flwr.app.server.strategies.local_only import LocalOnly
+from ripple_flwr.app.server.strategies.ripple import RippleStrategy
 from ripple_flwr.router.pretrain import load_checkpoint
 from ripple_flwr.settings import RunSettings
 
@@ -170,7 +170,7 @@ def test_stratified_sampling_covers_every_cluster():
 
 
 def _fake_clients(n):
-    from ripple_flwr.app.strategies.core.admission import QueryResult
+    from ripple_flwr.app.server.strategies.core.admission import QueryResult
 
     return QueryResult(list(range(n)), list(range(n)), [10] * n, None)
 

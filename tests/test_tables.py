@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from test_data import cifar_md5_off, offline, write_cifar10  # noqa: F401  (fixtures)
 
-from ripple_flwr.app.registry import METHODS, Family  # noqa: E402
+from ripple_flwr.methods.registry import METHODS, Family  # noqa: E402
 
 PEAK_K = 6  # the fake clustered methods do best at this K
 

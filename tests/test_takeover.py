@@ -8,7 +8,7 @@ import json
 
 from conftest import FakeGrid, tiny_run_config
 
-from ripple_flwr.app.server import run_server
+from ripple_flwr.app.server.run import run_server
 
 
 class RestartGrid(FakeGrid):

@@ -272,7 +272,7 @@ def test_run_config_keys(tmp_path, monkeypatch):
 def test_a_single_run_with_tracker_set_is_tracked_when_its_results_are_written(cache_dir, tmp_path):
     from conftest import FakeGrid, tiny_run_config
 
-    from ripple_flwr.app.server import run_server
+    from ripple_flwr.app.server.run import run_server
 
     cfg = tiny_run_config(cache_dir, tracker="tensorboard", **{"tracker-dir": str(tmp_path / "tb")})
     cfg["results-path"] = str(tmp_path / "tracked.json")

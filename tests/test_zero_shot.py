@@ -11,12 +11,12 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 
 from ripple_flwr.aggregation.hdb import collapse_weights
 from ripple_flwr.aggregation.mixing import mix_models
-from ripple_flwr.app.candidates import split_candidates
-from ripple_flwr.app.client import record_to_state, state_to_record
+from ripple_flwr.app.protocol.candidates import split_candidates
+from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.strategies.core.zero_shot import onboard_new_clients
-from ripple_flwr.app.strategies.fedavg import FedAvgMethod
-from ripple_flwr.app.strategies.ripple import RippleStrategy
+from ripple_flwr.app.server.strategies.core.zero_shot import onboard_new_clients
+from ripple_flwr.app.server.strategies.fedavg import FedAvgMethod
+from ripple_flwr.app.server.strategies.ripple import RippleStrategy
 from ripple_flwr.settings import ConfigError
 
 STATE = {"w": np.array([1.0, 2.0, 3.0], dtype=np.float32), "n": np.array(0, dtype=np.int64)}
@@ -206,7 +206,7 @@ def test_new_clients_must_fit_the_dataset():
 
 def test_ripple_run_with_hdb_and_new_clients_end_to_end(tiny_checkpoint, cache_dir, tmp_path):
     """The real client handlers: zero-shot scores in the results, a saved run onboard.py reads."""
-    from ripple_flwr.app.server import run_server
+    from ripple_flwr.app.server.run import run_server
     from ripple_flwr.data.cache import cached_federation
     from ripple_flwr.runs.onboarding import Onboarder
 
@@ -256,7 +256,7 @@ def test_ripple_run_with_hdb_and_new_clients_end_to_end(tiny_checkpoint, cache_d
 
 def test_rotated_domains_are_found_before_round_one(tmp_path):
     """Rotation as the GMM-VAE's label: argmax w recovers the 4 rotations (ARI = 1)."""
-    from ripple_flwr.app.server import resolve_checkpoint
+    from ripple_flwr.app.server.run import resolve_checkpoint
     from ripple_flwr.data.cache import cached_federation
     from ripple_flwr.runs.results import routing_metrics
     from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder

@@ -31,9 +31,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import svd
-from scipy.signal import argrelextrema
-from sklearn.cluster import DBSCAN
-from sklearn.neighbors import NearestNeighbors
 from threadpoolctl import threadpool_limits
 
 PROJECTION_POINTS = 200  # the official code's random points for its PCA
@@ -215,6 +212,8 @@ def knee_index(y: np.ndarray, sensitivity: float = 1.0) -> int | None:
     y_norm = (y - y.min()) / (y.max() - y.min())
     y_norm = np.flip(y_norm.max() - y_norm)  # convex increasing -> concave increasing
     diff = y_norm - x_norm
+    from scipy.signal import argrelextrema  # the server's clustering only: clients skip it
+
     maxima = argrelextrema(diff, np.greater_equal)[0]
     minima = set(argrelextrema(diff, np.less_equal)[0].tolist())
     if not maxima.size:
@@ -256,6 +255,9 @@ def cluster_descriptors(x: np.ndarray, eps_scaling: float = 1.0) -> Clustering:
     n = len(x)
     if n < 2:
         return Clustering(np.zeros(n, np.int64), x.copy(), 0.0, None, n, 0)
+    from sklearn.cluster import DBSCAN  # the server's clustering only: clients skip it
+    from sklearn.neighbors import NearestNeighbors
+
     dist, _ = NearestNeighbors(n_neighbors=2).fit(x).kneighbors(x)
     nearest = np.sort(dist[:, 1])
     knee = knee_index(nearest)

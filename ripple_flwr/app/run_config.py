@@ -12,9 +12,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ripple_flwr.app import registry
 from ripple_flwr.data import available_datasets, image_shape_of
 from ripple_flwr.data.registry import RESIZABLE_DATASETS
+from ripple_flwr.methods import registry
 from ripple_flwr.privacy.mechanism import check_dp_params
 from ripple_flwr.router.pretrain import run_embed_size
 from ripple_flwr.runs.outputs import confined_cache_dir
@@ -25,10 +25,15 @@ from ripple_flwr.wst.embedder import validate_scattering
 MNIST_5K_IMAGES = 5000
 
 
-def parse_run_config(run_config: Mapping[str, Any]) -> RunSettings:
-    """Flower's run config as checked settings; :class:`ConfigError` names the first problem."""
+def parse_run_config(run_config: Mapping[str, Any], *, method_rules: bool = True) -> RunSettings:
+    """Flower's run config as checked settings; :class:`ConfigError` names the first problem.
+
+    ``method_rules=False`` leaves out the method's own rules (its strategy's
+    ``check_settings``): a client, which the server never messages before it has checked
+    them, parses without importing a strategy.
+    """
     settings = RunSettings.from_run_config(run_config, registry.all_options())
-    check_run(settings)
+    check_run(settings, method_rules=method_rules)
     return settings
 
 
@@ -38,11 +43,14 @@ def settings_defaults() -> dict[str, Any]:
 
 
 def settings_from_context(run_config: Mapping[str, Any]) -> RunSettings:
-    """:func:`parse_run_config` once per process (the same config gives the same object)."""
+    """A client's :func:`parse_run_config`, once per process (the same config, the same object).
+
+    Without the method's own rules: the server checked them before its first message.
+    """
     key = json.dumps(dict(run_config), sort_keys=True, default=str)
     cached = _PARSED.get(key)
     if cached is None:
-        cached = parse_run_config(run_config)
+        cached = parse_run_config(run_config, method_rules=False)
         _PARSED.clear()
         _PARSED[key] = cached
     return cached
@@ -56,8 +64,11 @@ def _choice(key: str, value: str, allowed) -> None:
         raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
 
 
-def check_run(settings: RunSettings) -> None:
-    """Everything :class:`RunSettings` cannot know: the registry's, the data's, the methods'."""
+def check_run(settings: RunSettings, *, method_rules: bool = True) -> None:
+    """Everything :class:`RunSettings` cannot know: the registry's, the data's, the methods'.
+
+    ``method_rules=False``: all but the method's own rules (which import its strategy).
+    """
     _choice("method", settings.method, tuple(registry.METHODS))
     spec = registry.get_method(settings.method)
     if settings.refine == "hdb" and not spec.routing_weights:
@@ -71,7 +82,8 @@ def check_run(settings: RunSettings) -> None:
     _choice("model", settings.model, available_models())
     for opt in spec.options:
         opt.check(opt.of(settings))
-    spec.strategy.check_settings(settings)
+    if method_rules:
+        spec.check_settings(settings)
     if settings.embedding_dp_epsilon:
         _check_dp(settings, spec)
     _check_model(settings)

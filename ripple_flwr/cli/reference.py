@@ -18,8 +18,8 @@ import re
 import sys
 from pathlib import Path
 
-from ripple_flwr.app.registry import METHODS, all_options
 from ripple_flwr.cli import evidence_map, evidence_pages, evidence_speed, evidence_table1
+from ripple_flwr.methods.registry import METHODS, all_options
 from ripple_flwr.settings import Option, RunSettings
 
 ROOT = Path(__file__).resolve().parents[2]

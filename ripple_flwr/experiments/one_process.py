@@ -58,7 +58,7 @@ class OneProcessGrid(Grid):
         app: Any = None,
     ) -> None:
         if app is None:
-            from ripple_flwr.app.handlers import dispatch
+            from ripple_flwr.app.client.handlers import dispatch
 
             app = dispatch
         self.app = app
@@ -133,7 +133,7 @@ def run_one_process(
     The results file is written at ``cfg["results-path"]`` (replacing a stale
     one there) under the output folder, as the ServerApp writes it.
     """
-    from ripple_flwr.app.server import run_server
+    from ripple_flwr.app.server.run import run_server
 
     cfg = {**cfg, "overwrite-results": True}
     grid = OneProcessGrid(cfg, node_configs=node_configs)

@@ -16,8 +16,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from ripple_flwr.app.registry import Family
 from ripple_flwr.experiments.stamp import ROOT, machine_stamp, stamp_text
+from ripple_flwr.methods.registry import Family
 
 __all__ = [
     "ROOT",

@@ -27,10 +27,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ripple_flwr.app.registry import METHODS, MethodSpec
 from ripple_flwr.experiments.executor import Execution, Job, Link, Outcome
 from ripple_flwr.experiments.stats import best_k, seed_stats, summarise
 from ripple_flwr.experiments.variants import VARIANTS
+from ripple_flwr.methods.registry import METHODS, MethodSpec
 from ripple_flwr.runs.results import finished_results
 
 # Paths, and when the final state is saved: neither changes the numbers, so --reuse ignores them.

@@ -7,7 +7,7 @@ the oracle's ``oracle`` (stratified) and ``oracle-unif``.
 
 from __future__ import annotations
 
-from ripple_flwr.app.registry import METHODS
+from ripple_flwr.methods.registry import METHODS
 from ripple_flwr.settings import ROUTERS, SAMPLINGS
 
 __all__ = ["ORACLE_OF", "VARIANTS", "benchmark_variants"]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 
-from ripple_flwr.app.records import record_to_state, state_to_record
+from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 
 Fault = Callable[[Message, Message | None], Message | None]
 

@@ -86,7 +86,7 @@ class RoundInputs:
 
     ``extras``: the training message's ArrayRecords besides the model, decoded
     (SCAFFOLD's ``control``). ``store``: the node's persistent state
-    (``context.state`` through :class:`ripple_flwr.app.node_state.NodeStore`; a
+    (``context.state`` through :class:`ripple_flwr.app.client.node_state.NodeStore`; a
     plain dict in tests). ``returning``: the server has sent this client a
     training message before, so a rule whose state is missing knows the node
     lost it (a restarted SuperNode) rather than never having had it.

@@ -1,0 +1,255 @@
+"""The client's Flower handlers: each message type decoded, answered, encoded.
+
+:data:`HANDLERS` is the one table of message types and handlers; ``client_app.py``
+registers it with Flower's ``ClientApp`` and :func:`dispatch` routes by it in one process.
+Every request is decoded by :mod:`ripple_flwr.app.protocol.messages` (a missing key is an
+error, never a fallback); the work itself is in :mod:`.work`, which knows nothing of Flower.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Error,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.common.constant import ErrorCode
+
+from ripple_flwr.app.client.data import (
+    ClientData,
+    ClientDataError,
+    benchmark_data,
+    check_mode,
+    local_data,
+    remember_run_data,
+)
+from ripple_flwr.app.client.describe import client_descriptor
+from ripple_flwr.app.client.node_release import release_once
+from ripple_flwr.app.client.node_state import NodeStore
+from ripple_flwr.app.client.work import (
+    check_partition,
+    choose_candidate,
+    client_rule,
+    client_summary,
+    evaluate_client,
+    train_client,
+)
+from ripple_flwr.app.protocol.candidates import split_candidates
+from ripple_flwr.app.protocol.messages import (
+    ARRAYS,
+    DESCRIBE,
+    EVALUATE,
+    INFO,
+    METRICS,
+    PARTITION_ID,
+    PHI,
+    QUERY,
+    STATE_TRAINED,
+    SUMMARY,
+    TRAIN,
+    ProtocolError,
+    TrainRequest,
+    decode_describe,
+    decode_evaluate,
+    decode_query,
+)
+from ripple_flwr.app.protocol.records import (
+    DP_CONFIG,
+    DP_RECORD,
+    mechanism_from_records,
+    record_to_state,
+    state_to_record,
+)
+from ripple_flwr.app.run_config import settings_from_context
+from ripple_flwr.data.images import ImageFormatError
+from ripple_flwr.data.local import LocalDataError
+from ripple_flwr.settings import RunSettings
+
+log = logging.getLogger("flwr.ripple")
+RULE_STATE_KEY = "ripple.rule-state"  # context.state: trainings this node's state has seen
+
+
+def node_data(context: Context) -> tuple[RunSettings, ClientData]:
+    """The run's settings and this node's data (its partition, or its own files)."""
+    settings = settings_from_context(context.run_config)
+    node_config = dict(context.node_config)
+    check_mode(settings, node_config)
+    settings = node_settings(settings, node_config)
+    if settings.client_data == "local":
+        return settings, local_data(settings, node_config, context.state)
+    return settings, benchmark_data(settings, check_partition(settings, node_config))
+
+
+def node_settings(settings: RunSettings, node_config: dict[str, Any]) -> RunSettings:
+    """``num-partitions = 0`` as this node sees it: its node config's ``num-partitions``.
+
+    In simulation every node's ``num-partitions`` is the number of SuperNodes, the
+    count the server settles on; the benchmark partitions are built for it. A node
+    with its own data needs no count: its settings stay as the run config says.
+    """
+    if not settings.partitions_from_nodes or settings.client_data == "local":
+        return settings
+    if "num-partitions" not in node_config:
+        raise ValueError(
+            "num-partitions=0 takes the number of nodes from each node's config, but this "
+            "node's lacks 'num-partitions'; start the SuperNode with --node-config "
+            "'partition-id=<i> num-partitions=<n>', or set num-partitions in the run config"
+        )
+    n = int(node_config["num-partitions"])
+    cached = _NODE_SETTINGS.get(n)
+    if cached is None or cached[0] is not settings:  # settings_from_context: one per config
+        cached = _NODE_SETTINGS[n] = (settings, settings.with_nodes(n))
+    return cached[1]
+
+
+_NODE_SETTINGS: dict[int, tuple[RunSettings, RunSettings]] = {}
+
+
+def answers_data_errors(handler: Callable[[Message, Context], Message]):
+    """A node whose data or mode does not fit the run answers with the reason, not a crash.
+
+    The server names the node and the reason, leaves the node out and goes on.
+    """
+
+    @functools.wraps(handler)
+    def wrapped(msg: Message, context: Context) -> Message:
+        try:
+            return handler(msg, context)
+        except (LocalDataError, ClientDataError, ImageFormatError) as err:
+            log.warning("node cannot take part: %s", err)
+            reason = " ".join(str(err).split())
+            return Message(Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason), reply_to=msg)
+
+    return wrapped
+
+
+@answers_data_errors
+def handle_query(msg: Message, context: Context) -> Message:
+    """One-shot round: reply with the client's summary (computed locally) and its identity."""
+    remember_run_data(context.state, msg.content)
+    settings, data = node_data(context)
+    kind = decode_query(msg.content)
+    t0 = time.perf_counter()
+    phi = client_summary(settings, data, kind)
+    private, reused = phi is not None and DP_RECORD in msg.content.array_records, False
+    if private:
+        # Clipped and noised here, with a secret generator, before anything leaves the node;
+        # asked again in this run, the node sends the same release (no second epsilon).
+        mech = mechanism_from_records(
+            msg.content.array_records[DP_RECORD], msg.content.config_records[DP_CONFIG]
+        )
+        phi, reused = release_once(context.state, mech, phi, dict(context.node_config))
+    seconds = time.perf_counter() - t0
+    info: dict[str, Any] = {
+        "partition-id": -1 if data.pid is None else data.pid,
+        "num-partitions": settings.total_partitions,
+        "num-examples": int(len(data.y_train)),
+        "num-test-examples": int(len(data.y_test)),
+        "summary": kind,
+        "private": bool(private),
+        "release-reused": bool(reused),
+        "seconds": float(seconds),
+        "data": data.source,
+    }
+    if settings.partitions_from_nodes:  # own data, num-partitions=0: the server counts
+        info.pop("num-partitions")
+    if data.source == "local":
+        info.update(
+            {
+                "name": data.name,
+                "classes-hash": data.classes,
+                "image-shape": [int(v) for v in data.image_shape],
+                "held-out": bool(context.node_config.get("held-out", False)),
+            }
+        )
+    content = RecordDict({INFO: ConfigRecord(info)})
+    if phi is not None:
+        content[SUMMARY] = ArrayRecord({PHI: Array(phi)})
+    return Message(content, reply_to=msg)
+
+
+@answers_data_errors
+def handle_train(msg: Message, context: Context) -> Message:
+    """Train the received model locally; reply with the full trained weights."""
+    settings, data = node_data(context)
+    request = TrainRequest.decode(msg.content)
+    candidates, others = split_candidates(msg.content.array_records)
+    state, choice = choose_candidate(settings, data, [record_to_state(r) for r in candidates])
+    extras = {name: record_to_state(record) for name, record in others.items()}
+    new_state, metrics, reply_extras = train_client(
+        settings,
+        data,
+        state,
+        server_round=request.server_round,
+        lr=request.lr,
+        momentum=request.momentum,
+        epochs=request.local_epochs,
+        batch_size=request.batch_size,
+        config=request.config,
+        extras=extras,
+        store=NodeStore(context.state),
+        returning=request.returning,
+    )
+    metrics.update(choice)
+    if client_rule(settings).stateful:
+        # How many trainings this node's state has seen: the server compares it with how
+        # many it sent, so a node that lost its state (a restarted SuperNode) is recorded.
+        seen = context.state.config_records.get(RULE_STATE_KEY, ConfigRecord({"trained": 0}))
+        metrics[STATE_TRAINED] = int(seen["trained"])
+        context.state[RULE_STATE_KEY] = ConfigRecord({"trained": int(seen["trained"]) + 1})
+    content = RecordDict({ARRAYS: state_to_record(new_state), METRICS: MetricRecord(metrics)})
+    for name, arrays in reply_extras.items():
+        content[name] = state_to_record(arrays)
+    return Message(content, reply_to=msg)
+
+
+@answers_data_errors
+def handle_evaluate(msg: Message, context: Context) -> Message:
+    """Evaluate the received model (or the best candidate on the train split) on the test split."""
+    settings, data = node_data(context)
+    decode_evaluate(msg.content)
+    candidates, _ = split_candidates(msg.content.array_records)
+    state, choice = choose_candidate(settings, data, [record_to_state(r) for r in candidates])
+    metrics = evaluate_client(settings, data, state, NodeStore(context.state))
+    metrics.update(choice)
+    metrics[PARTITION_ID] = -1 if data.pid is None else data.pid
+    return Message(RecordDict({METRICS: MetricRecord(metrics)}), reply_to=msg)
+
+
+@answers_data_errors
+def handle_describe(msg: Message, context: Context) -> Message:
+    """FLUX: reply with the descriptor statistics under the received model."""
+    settings, data = node_data(context)
+    labelled, k = decode_describe(msg.content)
+    state = record_to_state(msg.content.array_records[ARRAYS])
+    phi = client_descriptor(settings, data, state, labelled=labelled, k=k)
+    return Message(RecordDict({SUMMARY: ArrayRecord({PHI: Array(phi)})}), reply_to=msg)
+
+
+# The one handler table: client_app.py registers it with Flower's ClientApp, and the
+# one-process grid dispatches through it.
+HANDLERS: dict[str, Callable[[Message, Context], Message]] = {
+    QUERY: handle_query,
+    DESCRIBE: handle_describe,  # FLUX's descriptor round
+    TRAIN: handle_train,
+    EVALUATE: handle_evaluate,
+}
+
+
+def dispatch(msg: Message, context: Context) -> Message:
+    """Route a message to its handler by type, as ``client_app.app`` does."""
+    kind = msg.metadata.message_type
+    if kind not in HANDLERS:
+        raise ProtocolError(f"no handler for message type {kind!r}; known: {', '.join(HANDLERS)}")
+    return HANDLERS[kind](msg, context)

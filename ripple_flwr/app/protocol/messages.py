@@ -1,0 +1,208 @@
+"""Every message between the server and a client: its type, its records, its keys, its codec.
+
+The keys are written here once. The server encodes a request with these functions and a
+client decodes it with the matching ``decode``; a request that lacks a key is a
+:class:`ProtocolError` that names the key and the message, never a silent fallback to the
+client's own settings. Replies are encoded by the client with the same keys; the server
+converts and bounds every field of a reply in one place
+(:mod:`ripple_flwr.app.server.strategies.core.replies`), because nothing a client sends is
+trusted.
+
+- ``query.embed`` (:data:`QUERY`): ``config`` = {``summary``: embedding | mean | none}, plus
+  the public DP mechanism and, for own-data runs, :data:`RUN_DATA`; reply ``info`` (the
+  client's identity and split sizes) and ``summary`` (``phi``).
+- ``query.describe`` (:data:`DESCRIBE`, FLUX): the model and ``config`` = {``labelled``,
+  ``latent-dim``}; reply ``summary`` (``phi``, the descriptor).
+- ``train`` (:data:`TRAIN`): the model (or candidates) and ``config`` = {``lr``,
+  ``momentum``, ``local-epochs``, ``batch-size``, what Flower's strategy adds,
+  ``server-round``}, optionally ``rule`` = {``returning``}; reply ``arrays`` and ``metrics``
+  (``num-examples``, ``train_loss``, the rule's extras).
+- ``evaluate`` (:data:`EVALUATE`): the model (or candidates) and ``config`` =
+  {``server-round``}; reply ``metrics`` (``loss``, ``accuracy``, ``num-examples``,
+  ``partition-id``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from flwr.app import ConfigRecord, MessageType, RecordDict
+
+from ripple_flwr.data.base import classes_hash
+
+# -- message types ---------------------------------------------------------------------------
+QUERY = f"{MessageType.QUERY}.embed"
+DESCRIBE = f"{MessageType.QUERY}.describe"
+TRAIN = MessageType.TRAIN
+EVALUATE = MessageType.EVALUATE
+MESSAGE_TYPES = (QUERY, DESCRIBE, TRAIN, EVALUATE)
+
+# -- records of a message's content ----------------------------------------------------------
+CONFIG = "config"
+INFO = "info"
+SUMMARY = "summary"  # the ArrayRecord holding PHI
+PHI = "phi"
+ARRAYS = "arrays"
+METRICS = "metrics"
+RULE = "rule"
+RUN_DATA = "ripple.data"  # own-data runs: the run's classes and image shape (a node keeps it)
+
+# -- keys ------------------------------------------------------------------------------------
+SERVER_ROUND = "server-round"
+LR = "lr"
+MOMENTUM = "momentum"
+LOCAL_EPOCHS = "local-epochs"
+BATCH_SIZE = "batch-size"
+RETURNING = "returning"
+SUMMARY_KIND = "summary"
+LABELLED = "labelled"
+LATENT_DIM = "latent-dim"
+NUM_EXAMPLES = "num-examples"
+NUM_TEST_EXAMPLES = "num-test-examples"
+NUM_PARTITIONS = "num-partitions"
+PARTITION_ID = "partition-id"
+TRAIN_LOSS = "train_loss"
+LOSS = "loss"
+ACCURACY = "accuracy"
+CHOSEN = "chosen"
+CANDIDATE_LOSSES = "candidate-losses"
+STATE_TRAINED = "state-trained"
+
+SUMMARY_KINDS = ("embedding", "mean", "none")
+NAME_LIMIT = 64  # characters of a node's name (the results file's label for it)
+
+
+class ProtocolError(ValueError):
+    """A request that lacks a record or a key, or holds a value of the wrong kind."""
+
+
+def config_of(content: RecordDict, message: str, name: str = CONFIG) -> ConfigRecord:
+    """The ConfigRecord ``name`` of a ``message`` request; absent is a :class:`ProtocolError`."""
+    record = content.config_records.get(name)
+    if record is None:
+        raise ProtocolError(f"the {message} message lacks its {name!r} record")
+    return record
+
+
+def required(record: Mapping[str, Any], key: str, kind: type, message: str) -> Any:
+    """``record[key]`` as ``kind``; a missing or unconvertible value names the key."""
+    if key not in record:
+        raise ProtocolError(f"the {message} message's config lacks {key!r}")
+    try:
+        return kind(record[key])
+    except (TypeError, ValueError) as err:
+        raise ProtocolError(
+            f"the {message} message's {key!r} is not {kind.__name__}: {record[key]!r}"
+        ) from err
+
+
+# -- query.embed -----------------------------------------------------------------------------
+def query_config(kind: str) -> ConfigRecord:
+    """The query's config: which summary the client sends."""
+    return ConfigRecord({SUMMARY_KIND: kind})
+
+
+def decode_query(content: RecordDict) -> str:
+    """The summary kind a query asks for (one of :data:`SUMMARY_KINDS`)."""
+    kind = required(config_of(content, QUERY), SUMMARY_KIND, str, QUERY)
+    if kind not in SUMMARY_KINDS:
+        raise ProtocolError(f"the {QUERY} message asks for summary {kind!r}: not {SUMMARY_KINDS}")
+    return kind
+
+
+def run_data_record(class_names: Sequence[str], image_shape: Sequence[int]) -> ConfigRecord:
+    """What the server sends with the query of an own-data run (and the node keeps)."""
+    return ConfigRecord(
+        {
+            "classes": [str(c) for c in class_names],
+            "image-shape": [int(s) for s in image_shape],
+            "classes-hash": classes_hash(class_names),
+        }
+    )
+
+
+def decode_run_data(record: Mapping[str, Any]) -> tuple[list[str], tuple[int, int, int]]:
+    """The run's class list and image shape from a :func:`run_data_record`."""
+    for key in ("classes", "image-shape"):
+        if key not in record:
+            raise ProtocolError(f"the {RUN_DATA!r} record lacks {key!r}")
+    shape = tuple(int(s) for s in record["image-shape"])
+    if len(shape) != 3:
+        raise ProtocolError(f"the {RUN_DATA!r} record's image-shape {shape} is not (C, H, W)")
+    return [str(c) for c in record["classes"]], shape  # type: ignore[return-value]
+
+
+# -- query.describe --------------------------------------------------------------------------
+def describe_config(labelled: bool, latent_dim: int) -> ConfigRecord:
+    """FLUX's descriptor request: whether labels may be read, and how many latent features."""
+    return ConfigRecord({LABELLED: labelled, LATENT_DIM: latent_dim})
+
+
+def decode_describe(content: RecordDict) -> tuple[bool, int]:
+    """``(labelled, latent_dim)`` of a descriptor request."""
+    config = config_of(content, DESCRIBE)
+    return required(config, LABELLED, bool, DESCRIBE), required(config, LATENT_DIM, int, DESCRIBE)
+
+
+# -- train -----------------------------------------------------------------------------------
+def train_config(lr: float, momentum: float, local_epochs: int, batch_size: int) -> ConfigRecord:
+    """The client optimiser's settings every training message carries."""
+    return ConfigRecord(
+        {
+            LR: float(lr),
+            MOMENTUM: float(momentum),
+            LOCAL_EPOCHS: local_epochs,
+            BATCH_SIZE: batch_size,
+        }
+    )
+
+
+def with_round(config: Mapping[str, Any], server_round: int) -> ConfigRecord:
+    """``config`` plus the round it belongs to (the last key, as Flower's strategies add theirs)."""
+    return ConfigRecord({**dict(config), SERVER_ROUND: server_round})
+
+
+def rule_record(returning: bool) -> ConfigRecord:
+    """Stateful methods: whether the client trained before (its state should exist)."""
+    return ConfigRecord({RETURNING: bool(returning)})
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """A training message's settings, decoded; ``config`` keeps every key (rules read theirs)."""
+
+    server_round: int
+    lr: float
+    momentum: float
+    local_epochs: int
+    batch_size: int
+    returning: bool
+    config: dict[str, Any]
+
+    @classmethod
+    def decode(cls, content: RecordDict) -> TrainRequest:
+        """Every key of a training message; a missing one is a :class:`ProtocolError`."""
+        config = config_of(content, TRAIN)
+        rule = content.config_records.get(RULE)
+        return cls(
+            server_round=required(config, SERVER_ROUND, int, TRAIN),
+            lr=required(config, LR, float, TRAIN),
+            momentum=required(config, MOMENTUM, float, TRAIN),
+            local_epochs=required(config, LOCAL_EPOCHS, int, TRAIN),
+            batch_size=required(config, BATCH_SIZE, int, TRAIN),
+            returning=False if rule is None else required(rule, RETURNING, bool, TRAIN),
+            config=dict(config),
+        )
+
+
+# -- evaluate --------------------------------------------------------------------------------
+def evaluate_config(server_round: int) -> ConfigRecord:
+    """An evaluation's config: the round it scores."""
+    return ConfigRecord({SERVER_ROUND: server_round})
+
+
+def decode_evaluate(content: RecordDict) -> int:
+    """The round an evaluation message scores."""
+    return required(config_of(content, EVALUATE), SERVER_ROUND, int, EVALUATE)

@@ -1,0 +1,199 @@
+"""A round's training replies, accepted or dropped in one place: :class:`ReplyAcceptance`.
+
+Part of :class:`~ripple_flwr.app.server.strategies.core.base.AppStrategy` (a mixin
+it is built from; it reads the strategy's settings, roster and the messages
+of the round). Validation, the counts held to the query round's sizes, a
+method's own check, the update bound (its norm and its radial step against
+the honest median, :mod:`ripple_flwr.aggregation.robust`) and the failures
+of each client.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import numpy as np
+from flwr.app import Message
+
+from ripple_flwr.aggregation.robust import (
+    out_of_bound,
+    out_of_rescale,
+    state_norm,
+    update_stats,
+)
+from ripple_flwr.app.protocol.records import record_to_state
+from ripple_flwr.app.server.strategies.core.accounting import Dropped
+from ripple_flwr.app.server.strategies.core.replies import (
+    Accepted,
+    check_train_replies,
+)
+from ripple_flwr.runs.results import message_nbytes
+
+log = logging.getLogger("flwr.ripple")
+
+# Rounds of accepted update norms and radial steps the update bound remembers.
+HISTORY_ROUNDS = 5
+
+
+class ReplyAcceptance:
+    """Accepts a round's training replies for :class:`AppStrategy` (see its attributes)."""
+
+    def accept_replies(self, server_round: int, replies: Iterable[Message]) -> list[Accepted]:
+        """Validate every reply in one place; the usable ones in row order.
+
+        A reply is matched to the message it answers; its model must pass
+        :func:`~ripple_flwr.app.server.strategies.core.replies.validate_train_reply`; its
+        ``num-examples`` is held to the client's training split size from the
+        query round; its update must be in proportion with the round's (see
+        :func:`ripple_flwr.aggregation.robust.out_of_bound`). Clients that failed
+        ``max-failures`` rounds in a row are left out of sampling.
+        """
+        replies = list(replies)
+        self._round.bytes_up = sum(message_nbytes(m) for m in replies)
+        # Ids are set when the grid pushes the messages, after configure_train returned them.
+        pending = {str(m.metadata.message_id): row for row, m in self._sent_messages}
+        accepted, dropped = check_train_replies(
+            replies,
+            pending,
+            self.reference,
+            self.clients.partition_ids,
+            server_round,
+            self.settings.round_timeout,
+            extra_references=self.extra_reply_references,
+        )
+        for a in accepted:
+            self._hold_to_known_count(server_round, a)
+        kept = []
+        for a in accepted:
+            reason = self.check_reply(a)
+            if reason is None:
+                kept.append(a)
+                continue
+            dropped.append(self._drop(server_round, a, reason))
+        accepted, out = self._bound_updates(server_round, kept)
+        dropped = sorted(dropped + out, key=lambda d: d.partition)
+        self._round.dropped = dropped
+        self._count_failures(server_round, accepted, dropped)
+        return accepted
+
+    def _hold_to_known_count(self, server_round: int, a: Accepted) -> None:
+        """A reply's ``num-examples`` is the client's training split size, whatever it says."""
+        known = self.clients.known_train(a.row)
+        if known is None or a.num_examples == known:
+            return
+        log.warning(
+            "round %d: partition %d reported num-examples=%d but its training split has %d; "
+            "weighting it by %d",
+            server_round,
+            self.clients.partition_ids[a.row],
+            a.num_examples,
+            known,
+            known,
+        )
+        a.num_examples = known
+        a.message.content.metric_records["metrics"]["num-examples"] = known  # what Flower reads
+
+    def _bound_updates(
+        self, server_round: int, accepted: list[Accepted]
+    ) -> tuple[list[Accepted], list[Dropped]]:
+        """Drop (and name) replies whose update is out of proportion with the round's.
+
+        Two yardsticks (:mod:`ripple_flwr.aggregation.robust`): the update's norm
+        and its radial step, each against the low median of this round's and of
+        the last :data:`HISTORY_ROUNDS` rounds' accepted replies.
+        """
+        s = self.settings
+        if not accepted or (s.update_norm_factor <= 0 and s.max_update_norm <= 0):
+            return accepted, []
+        origins = self._origins(accepted)
+        model_norm: dict[int, float] = {}  # one norm per distinct model sent
+        for o in origins:
+            if id(o) not in model_norm:
+                model_norm[id(o)] = state_norm(o)
+        stats = [update_stats(o, a.state) for o, a in zip(origins, accepted, strict=True)]
+        norms = [n for n, _ in stats]
+        squares = [max(model_norm[id(o)], 1e-12) ** 2 for o in origins]
+        radials = [dot / sq for (_, dot), sq in zip(stats, squares, strict=True)]
+        by_norm = out_of_bound(
+            norms,
+            self._accepted_norms,
+            s.update_norm_factor,
+            s.max_update_norm,
+            model_norms=[model_norm[id(o)] for o in origins],
+        )
+        by_rescale = out_of_rescale(radials, self._accepted_radials, s.update_norm_factor)
+        kept, out = [], []
+        for a, norm, radial, r1, r2 in zip(
+            accepted, norms, radials, by_norm, by_rescale, strict=True
+        ):
+            reason = r1 or r2
+            if reason is None:
+                kept.append((a, norm, radial))
+                continue
+            out.append(self._drop(server_round, a, reason))
+        keep = HISTORY_ROUNDS * max(s.clients_per_round, 1)
+        self._accepted_norms = (self._accepted_norms + [n for _, n, _ in kept])[-keep:]
+        self._accepted_radials = (self._accepted_radials + [r for _, _, r in kept])[-keep:]
+        return [a for a, _, _ in kept], out
+
+    def _origins(self, accepted: list[Accepted]) -> list[dict[str, np.ndarray]]:
+        """The model each reply's update is measured from, each record decoded once."""
+        sent: dict[int, dict[str, np.ndarray]] = {}
+        decoded: dict[int, dict[str, np.ndarray]] = {}  # one decode per shared record
+        wanted = {a.row for a in accepted}
+        for row, msg in self._sent_messages:
+            if row not in wanted:
+                continue
+            own = self.sent_state(row)
+            if own is not None:
+                sent[row] = own
+                continue
+            record = msg.content.array_records["arrays"]
+            if id(record) not in decoded:
+                decoded[id(record)] = record_to_state(record)
+            sent[row] = decoded[id(record)]
+        return [self.update_origin(a, sent[a.row]) for a in accepted]
+
+    def sent_state(self, row: int) -> dict[str, np.ndarray] | None:
+        """The model sent to ``row`` this round, if the strategy keeps it (else it is decoded).
+
+        A strategy that sends each client its own model (Ripple) keeps them as
+        arrays already; returning views of those saves one decode per reply.
+        """
+        return None
+
+    def _drop(self, server_round: int, a: Accepted, reason: str) -> Dropped:
+        """Log a reply that passed validation but is not used, and record why."""
+        pid = self.clients.partition_ids[a.row]
+        log.warning("round %d: dropped reply of partition %d: %s", server_round, pid, reason)
+        return Dropped(pid, reason)
+
+    def update_origin(self, a: Accepted, sent: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The model a reply's update is measured from: what was sent (IFCA: the chosen one)."""
+        return sent
+
+    def check_reply(self, a: Accepted) -> str | None:
+        """A method's own check of a valid reply: the reason to drop it, or ``None``."""
+        return None
+
+    def _count_failures(
+        self, server_round: int, accepted: list[Accepted], dropped: list[Dropped]
+    ) -> None:
+        """Count training rounds each client failed in a row (no reply or a client error)."""
+        row_of = {self.clients.partition_ids[r]: r for r, _ in self._sent_messages}
+        for a in accepted:
+            self.failures.pop(a.row, None)
+        for d in dropped:
+            if not (d.reason.startswith("no reply") or d.reason.startswith("client error")):
+                continue  # a bad reply came back: the node is alive
+            row = row_of[d.partition]
+            self.failures[row] = self.failures.get(row, 0) + 1
+            if self.failures[row] == self.settings.max_failures:
+                log.warning(
+                    "round %d: partition %d failed %d rounds in a row; left out of sampling "
+                    "until it answers an evaluation",
+                    server_round,
+                    d.partition,
+                    self.failures[row],
+                )

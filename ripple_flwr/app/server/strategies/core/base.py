@@ -1,0 +1,401 @@
+"""What every method of the app shares: admission, seeded sampling, evaluation, accounting,
+its declared state, and the one round loop.
+
+:class:`AppStrategy` is a Flower ``Strategy``. Its ``__init__`` is cooperative
+(``super().__init__(**kwargs)`` reaches the Flower class that follows it in a
+method's bases, as Flower's own classes chain), and so is :meth:`summary`.
+It owns no training rule:
+:class:`~ripple_flwr.app.server.strategies.core.server_models.ServerModels` (methods
+whose models live in the strategy: Ripple, local-only) and
+:class:`~ripple_flwr.app.server.strategies.core.flower.FlowerModel` (Flower's one-model
+strategies, run as Flower wrote them) add the two halves of a round.
+
+A method declares, in its own class body:
+
+- ``state_fields``: the attributes it keeps between rounds, saved and restored
+  on resume by one mechanism (numpy arrays, dicts, lists, scalars and Flower's
+  ``ArrayRecord``); the lists of all bases are joined;
+- ``check_settings``: its own rules on the settings (Krum: ``clients-per-round``).
+
+The run-config keys a method reads are declared in its registry entry
+(:mod:`ripple_flwr.methods.registry`), where the clients can read them without importing
+a strategy.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from abc import abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result, Strategy
+
+from ripple_flwr.aggregation.mixing import uniform_sample
+from ripple_flwr.app.protocol.candidates import Payload
+from ripple_flwr.app.protocol.messages import train_config
+from ripple_flwr.app.protocol.records import state_to_record
+from ripple_flwr.app.server.strategies.core.accepting import ReplyAcceptance
+from ripple_flwr.app.server.strategies.core.accounting import (
+    EvaluationRecord,
+    Ledger,
+    RoundRecord,
+)
+from ripple_flwr.app.server.strategies.core.admission import ClientRoster, QueryResult
+from ripple_flwr.app.server.strategies.core.evaluating import EvaluationRounds
+from ripple_flwr.app.server.strategies.core.grid import PollingGrid
+from ripple_flwr.app.server.strategies.core.loop import run_rounds
+from ripple_flwr.app.server.strategies.core.replies import (
+    Accepted,
+    Reference,
+    state_reference,
+)
+from ripple_flwr.app.server.strategies.core.restore import restored_fields
+from ripple_flwr.app.server.strategies.core.state import to_plain
+from ripple_flwr.runs.results import message_nbytes
+from ripple_flwr.runs.resume import save_server_state
+from ripple_flwr.settings import RunSettings
+
+log = logging.getLogger("flwr.ripple")
+
+_SAMPLER_KEY = 0x5A4D  # SeedSequence key of the client sampler (same for every method)
+
+
+def states_to_records(states: Sequence[dict[str, np.ndarray]]) -> list[ArrayRecord]:
+    return [state_to_record(s) for s in states]
+
+
+def client_train_config(settings: RunSettings) -> ConfigRecord:
+    """What every training message carries besides the model (Flower's strategies add theirs)."""
+    return train_config(settings.lr, settings.momentum, settings.local_epochs, settings.batch_size)
+
+
+class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
+    """A Flower strategy run over the app's clients.
+
+    Subclasses implement :meth:`eval_payloads`; they may override
+    :meth:`setup`, :meth:`sample_rows`, :meth:`add_clients`,
+    :meth:`onboard_payloads` and :meth:`reference_models`, and declare
+    ``state_fields`` and :meth:`check_settings`.
+    """
+
+    summary_kind: str = "none"
+    summary_dim: int | None = None
+    round_offset: int = 0  # rounds already done before this process (a resumed run)
+    checkpoint_path: Path | None = None  # where the server state goes every checkpoint-every
+    # Attributes that make up the method's server state between rounds (numpy arrays, dicts,
+    # lists, scalars, ArrayRecords), saved for resume; each class lists its own, the lists of
+    # all bases are joined.
+    state_fields: tuple[str, ...] = ("failures", "_accepted_norms", "_accepted_radials")
+    # Extra ArrayRecords every training reply must carry, by record name (SCAFFOLD: its
+    # control delta); validated like the model, a reply without them is dropped.
+    extra_reply_references: dict[str, Reference] = {}  # noqa: RUF012 (read-only default)
+
+    def __init__(
+        self, settings: RunSettings, reference: dict[str, np.ndarray], **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)  # the Flower class after this one in the MRO, if any
+        self.settings = settings
+        self.reference = state_reference(reference)
+        self.rng = np.random.default_rng(np.random.SeedSequence([settings.seed, _SAMPLER_KEY]))
+        self.num_rounds = settings.num_server_rounds
+        self.ledger = Ledger()
+        self.roster = ClientRoster(settings, self.summary_kind, self.summary_dim)
+        self.final_global: ArrayRecord | None = None
+        self._sent_messages: list[tuple[int, Message]] = []  # (row, training message) this round
+        self._round: RoundRecord | None = None
+        self._round_start = 0.0
+        # The accepted replies' update norms and radial steps of the last HISTORY_ROUNDS
+        # rounds (oldest first): the yardstick honest clients set for the update bound.
+        self._accepted_norms: list[float] = []
+        self._accepted_radials: list[float] = []
+        self.failures: dict[int, int] = {}  # row -> training rounds failed in a row
+        self._eval_sent: list[tuple[int, Message]] = []
+        self._eval_candidates: dict[int, int] = {}
+        self._eval: EvaluationRecord | None = None
+        self._eval_start = 0.0
+
+    # -- what the method declares ---------------------------------------------------------
+    @classmethod
+    def _joined(cls, attr: str) -> list:
+        out: list = []
+        for klass in reversed(cls.__mro__):
+            for item in klass.__dict__.get(attr, ()):
+                if item not in out:
+                    out.append(item)
+        return out
+
+    @classmethod
+    def declared_state(cls) -> tuple[str, ...]:
+        """Every attribute saved for resume (its own and its bases')."""
+        return tuple(cls._joined("state_fields"))
+
+    @classmethod
+    def check_settings(cls, settings: RunSettings) -> None:
+        """The method's own rules on the run's settings: raise ConfigError (none by default)."""
+        return None
+
+    # -- who takes part --------------------------------------------------------------------
+    @property
+    def clients(self) -> QueryResult | None:
+        """The training clients, in row order."""
+        return self.roster.clients
+
+    @property
+    def new_clients(self) -> QueryResult:
+        """The held-out clients onboarded zero-shot after training."""
+        return self.roster.new_clients
+
+    def prepare(self, grid: Grid) -> QueryResult:
+        """Wait for the nodes and run the one-shot round; then :meth:`setup`."""
+        self.roster.summary_kind, self.roster.summary_dim = self.summary_kind, self.summary_dim
+        clients = self.roster.prepare(grid)
+        self.ledger.query_seconds = self.roster.query_seconds
+        self.setup(clients)
+        return clients
+
+    def admit(self, grid: Grid, server_round: int) -> None:
+        """Late joiners that connected since the last look join from this round on.
+
+        A newcomer may take over the partition of a client that failed its last
+        round (a restarted SuperNode): that row counts no failures any more.
+        """
+        failing = [r for r, n in self.failures.items() if n > 0 and r < len(self.clients)]
+        replaceable = [self.clients.partition_ids[r] for r in failing]
+        joined = self.roster.admit_late_joiners(grid, server_round, replaceable)
+        for row in self.roster.taken_over:
+            self.failures.pop(row, None)
+        if joined is not None:
+            self.add_clients(joined)
+
+    # -- hooks -----------------------------------------------------------------------------
+    def setup(self, clients: QueryResult) -> None:
+        """Called once after the query round, before round 1 (nothing to do by default)."""
+        return None
+
+    def before_training(self, grid: Grid, timeout: float) -> None:
+        """Called once after the query round, before round 1; not on resume (nothing by default)."""
+        return None
+
+    def active_rows(self) -> np.ndarray:
+        """Rows that may be sampled: not failed ``max-failures`` training rounds in a row."""
+        limit = self.settings.max_failures
+        usable = np.ones(len(self.clients), dtype=bool)
+        usable[[r for r, n in self.failures.items() if n >= limit and r < len(usable)]] = False
+        return np.flatnonzero(usable).astype(np.int64)
+
+    def round_size(self, available: int) -> int:
+        """Clients per round, fewer when fewer are usable (a smaller round, not a failure)."""
+        return min(self.settings.clients_per_round, available)
+
+    def sample_rows(self, server_round: int) -> np.ndarray:
+        """Rows (clients) trained this round: uniform without replacement over active rows."""
+        active = self.active_rows()
+        if not len(active):
+            return active
+        return active[uniform_sample(len(active), self.round_size(len(active)), self.rng)]
+
+    def add_clients(self, joined: QueryResult) -> None:
+        """Training clients that connected after the one-shot round join the roster."""
+        self.clients.extend(joined)
+
+    @abstractmethod
+    def eval_payloads(self, arrays: ArrayRecord) -> list[Payload]:
+        """The model (or candidate models) each client is evaluated with, in client order."""
+
+    def eval_payloads_of(self, arrays: ArrayRecord, rows: np.ndarray) -> list[Payload]:
+        """The payloads of the clients at ``rows`` only (an ``eval-fraction`` sample).
+
+        By default :meth:`eval_payloads` of every client, then picked: a method
+        that builds one model per client should build only these.
+        """
+        payloads = self.eval_payloads(arrays)
+        return [payloads[r] for r in rows.tolist()]
+
+    def onboard_payloads(self, new: QueryResult) -> list[Payload] | None:
+        """The zero-shot model (or candidates) of each new client (``None``: none)."""
+        return None
+
+    def reference_models(self) -> list[ArrayRecord]:
+        """Every model the server holds, for the best-by-loss reference (none by default)."""
+        return []
+
+    def zero_shot_extras(self) -> dict[str, Any]:
+        """Method-specific additions to the zero-shot record (Ripple: routing of new clients)."""
+        return {}
+
+    @property
+    def num_models(self) -> int:
+        """How many models the server holds (and could hand a new client)."""
+        return 1
+
+    def saved_models(self) -> dict[str, np.ndarray] | None:
+        """The models a saved run exports for onboarding, stacked on a leading axis."""
+        return None
+
+    # -- the run ---------------------------------------------------------------------------
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float | None = None,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn=None,
+    ) -> Result:
+        """The one-shot round, :meth:`before_training`, then the round loop (quick polling).
+
+        ``timeout`` (per round) defaults to the run's ``round-timeout``;
+        ``train_config`` to the run's client optimiser settings. A resumed run
+        continues from the round after :attr:`round_offset` (see
+        :func:`~ripple_flwr.app.server.strategies.core.loop.run_rounds`).
+        """
+        if evaluate_fn is not None:
+            raise ValueError("the app evaluates on the clients; evaluate_fn is not supported")
+        self.num_rounds = num_rounds
+        timeout = self.settings.round_timeout if timeout is None else timeout
+        if train_config is None:
+            train_config = client_train_config(self.settings)
+        if self.clients is None:
+            self.prepare(grid)
+        if self.round_offset == 0:  # a resumed run did this before it was interrupted
+            self.before_training(grid, timeout)
+        log.info("Starting %s strategy:", type(self).__name__)
+        self.summary()
+        result = run_rounds(
+            self,
+            PollingGrid(grid),
+            initial_arrays,
+            self.round_offset + 1,
+            num_rounds,
+            timeout,
+            train_config,
+            ConfigRecord() if evaluate_config is None else evaluate_config,
+        )
+        # No aggregate at all (every reply refused): the model is still the one it started with.
+        if not len(result.arrays):
+            result.arrays = initial_arrays
+        self.final_global = result.arrays
+        own = self.final_arrays()
+        if own is not None:
+            result.arrays = own
+        return result
+
+    def final_arrays(self) -> ArrayRecord | None:
+        """The models the strategy holds itself, as the run's result (``None``: Flower's)."""
+        return None
+
+    # -- the two halves of a round, shared by both families ---------------------------------
+    def begin_round(self, server_round: int, grid: Grid) -> np.ndarray:
+        """Admit late joiners and draw this round's rows with the run's seeded sampler."""
+        self.admit(grid, server_round)
+        self._sent_messages = []  # a round that sends nothing must not wait on the last one's
+        self._round_start = time.perf_counter()
+        rows = np.asarray(self.sample_rows(server_round), dtype=np.int64)
+        self._round = RoundRecord(
+            round=server_round, sampled=[self.clients.partition_ids[int(r)] for r in rows]
+        )
+        return rows
+
+    def record_sent(self, rows: np.ndarray, messages: list[Message]) -> list[Message]:
+        """Remember which message went to which row, count the bytes; messages in row order."""
+        node_row = {self.clients.node_ids[int(r)]: int(r) for r in rows}
+        messages = sorted(messages, key=lambda m: node_row[int(m.metadata.dst_node_id)])
+        self._sent_messages = [(node_row[int(m.metadata.dst_node_id)], m) for m in messages]
+        self._round.bytes_down = sum(message_nbytes(m) for m in messages)
+        self._round.server_seconds = time.perf_counter() - self._round_start
+        return messages
+
+    def end_round(self, accepted: list[Accepted], server_seconds: float) -> MetricRecord | None:
+        """Close the round's record and log it; the train metrics Flower's loop keeps."""
+        rec = self._round
+        rec.server_seconds += server_seconds
+        rec.wall_seconds = time.perf_counter() - self._round_start
+        rec.received = len(accepted)
+        rec.num_examples = sum(a.num_examples for a in accepted)
+        losses = [(a.train_loss, a.num_examples) for a in accepted if math.isfinite(a.train_loss)]
+        if losses:
+            rec.train_loss = sum(v * n for v, n in losses) / sum(n for _, n in losses)
+        self.ledger.add_round(rec)
+        log.info(
+            "round %d/%d: %d/%d replies used, train loss %.4f, %.2f MB down, %.2f MB up",
+            rec.round,
+            self.num_rounds,
+            len(accepted),
+            len(self._sent_messages),
+            rec.train_loss,
+            rec.bytes_down / 2**20,
+            rec.bytes_up / 2**20,
+        )
+        if not accepted:
+            return None
+        return MetricRecord({"train_loss": rec.train_loss, "num-examples": rec.num_examples})
+
+    # -- resume ----------------------------------------------------------------------------
+    def server_state(self, server_round: int) -> dict[str, Any]:
+        """Everything the server needs to continue after ``server_round``."""
+        return {
+            "round": server_round,
+            "method": self.settings.method,
+            "settings": self.settings.to_dict(),
+            "rng": self.rng.bit_generator.state,
+            "ledger": self.ledger.to_dict(),
+            "roster": self.roster.to_dict(),
+            "fields": {name: to_plain(name, getattr(self, name)) for name in self.declared_state()},
+        }
+
+    def restore_server_state(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`server_state` (after this process's own query round).
+
+        The saved clients keep their rows (partition order); their node ids
+        come from this process's query round, so restarted SuperNodes are found.
+        """
+        fields = restored_fields(self, state["fields"])  # declared and of their kind, or refused
+        fresh = {
+            p: n for p, n in zip(self.clients.partition_ids, self.clients.node_ids, strict=True)
+        }
+        self.roster.restore(state["roster"], fresh)
+        self.rng.bit_generator.state = state["rng"]
+        self.ledger = Ledger.from_dict(state["ledger"])
+        for name, value in fields.items():
+            setattr(self, name, value)
+        self.round_offset = int(state["round"])
+
+    def maybe_checkpoint(self, server_round: int) -> None:
+        every = self.settings.checkpoint_every
+        if self.checkpoint_path is None or not every:
+            return
+        if server_round % every == 0 or server_round == self.num_rounds:
+            save_server_state(self.checkpoint_path, self.server_state(server_round))
+            log.info("round %d: server state saved to %s", server_round, self.checkpoint_path)
+
+    def summary(self) -> None:
+        """The app's line, then the Flower class's own settings (cooperative)."""
+        s = self.settings
+        log.info(
+            "\t├──> %s: %d clients/round of %d, %d rounds, eval every %d (fraction %g), seed %d",
+            type(self).__name__,
+            s.clients_per_round,
+            s.num_partitions,
+            self.num_rounds,
+            s.eval_every,
+            s.eval_fraction,
+            s.seed,
+        )
+        super().summary()
+
+    # -- results ---------------------------------------------------------------------------
+    def run_record(self) -> dict[str, Any]:
+        """What the results file needs from the strategy."""
+        return {
+            "clients": self.roster.record(),
+            **self.ledger.to_dict(),
+            "late_joiners": self.roster.joined,
+        }

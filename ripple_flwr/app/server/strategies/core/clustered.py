@@ -1,0 +1,206 @@
+"""What the clustered baselines (IFCA, FeSEM, CFL) share: K models, hard assignments, records.
+
+Each holds a list of cluster models and one cluster index per client. A
+client is scored with its own cluster's model; a new client (zero-shot,
+Table 2) is sent every cluster model and keeps the one with the lowest loss
+on its own training split (:mod:`ripple_flwr.app.client.candidates`). The results file
+records the final assignment and, when the federation's true mixtures are
+known, its adjusted Rand index against each client's dominant class.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord
+
+from ripple_flwr.aggregation.clustering import State, cluster_means, float_keys
+from ripple_flwr.aggregation.robust import unsafe_step
+from ripple_flwr.app.server.strategies.core.admission import QueryResult
+from ripple_flwr.app.server.strategies.core.base import states_to_records
+from ripple_flwr.app.server.strategies.core.replies import Accepted
+from ripple_flwr.app.server.strategies.core.server_models import ServerModels
+from ripple_flwr.runs.results import hard_ari
+from ripple_flwr.settings import RunSettings
+
+log = logging.getLogger("flwr.ripple")
+
+
+class ClusterModels(ServerModels):
+    """Hard-assignment clustered FL: ``models`` (one per cluster) and ``assignment`` (per row).
+
+    Subclasses set the initial models and assignments, and implement
+    :meth:`train_payloads` and :meth:`apply_updates` (usually through
+    :meth:`average_into_clusters`).
+    """
+
+    state_fields = ("models", "assignment", "events", "latest", "has_latest")
+    # Whether the method keeps one flattened vector per client (FeSEM: the client's last
+    # model; CFL: its last update) in ``latest``; IFCA keeps none.
+    keeps_latest: bool = False
+
+    def __init__(
+        self,
+        settings: RunSettings,
+        models: list[State],
+        truth: np.ndarray | None = None,
+        min_models: int = 1,
+    ) -> None:
+        if len(models) < min_models:
+            raise ValueError(
+                f"{type(self).__name__} needs K >= {min_models} cluster models, got {len(models)}"
+            )
+        super().__init__(settings, models[0])
+        self.models = list(models)
+        self.keys = float_keys(models[0])  # what distances, means and updates are taken over
+        self.assignment = np.zeros(0, dtype=np.int64)  # row -> cluster, set in setup()
+        self.latest = np.zeros((0, 0), dtype=np.float32)  # (rows, P), see keeps_latest
+        self.has_latest = np.zeros(0, dtype=bool)
+        self.truth = None if truth is None else np.asarray(truth, dtype=np.float64)
+        self.events: list[dict[str, Any]] = []  # splits (kept or refused), refused aggregates
+        self._records: list[ArrayRecord] | None = None
+        self._sent_from: dict[int, int] = {}  # row -> the cluster it was sent this round
+
+    # -- who belongs where -------------------------------------------------------------------
+    def initial_assignment(self, n: int) -> np.ndarray:
+        """Clusters of ``n`` clients before they have trained (cluster 0 by default)."""
+        return np.zeros(n, dtype=np.int64)
+
+    def vector_size(self) -> int:
+        """Width of each client's ``latest`` vector (the float weights; FeSEM: one layer's)."""
+        return sum(int(np.asarray(self.models[0][k]).size) for k in self.keys)
+
+    def setup(self, clients: QueryResult) -> None:
+        self.assignment = self.initial_assignment(len(clients))
+        p = self.vector_size() if self.keeps_latest else 0
+        self.latest = np.zeros((len(clients), p), dtype=np.float32)
+        self.has_latest = np.zeros(len(clients), dtype=bool)
+
+    def add_clients(self, joined: QueryResult) -> None:
+        super().add_clients(joined)
+        self.assignment = np.concatenate([self.assignment, self.initial_assignment(len(joined))])
+        pad = np.zeros((len(joined), self.latest.shape[1]), dtype=np.float32)
+        self.latest = np.concatenate([self.latest, pad])
+        self.has_latest = np.concatenate([self.has_latest, np.zeros(len(joined), dtype=bool)])
+
+    def remember(self, rows: list[int], vectors: np.ndarray) -> None:
+        """Keep ``vectors[i]`` as row ``rows[i]``'s latest vector."""
+        self.latest[rows] = vectors
+        self.has_latest[rows] = True
+
+    def current_assignment(self) -> np.ndarray:
+        """Every client's cluster now (FeSEM recomputes it from the clients' models)."""
+        return self.assignment
+
+    # -- models ------------------------------------------------------------------------------
+    @property
+    def num_models(self) -> int:
+        return len(self.models)
+
+    def model_records(self) -> list[ArrayRecord]:
+        """The cluster models as ArrayRecords, built once until a model changes."""
+        if self._records is None or len(self._records) != len(self.models):
+            self._records = states_to_records(self.models)
+        return self._records
+
+    def set_models(self, models: list[State]) -> None:
+        self.models = list(models)
+        self._records = None
+
+    def average_into_clusters(
+        self,
+        server_round: int,
+        accepted: list[Accepted],
+        labels: list[int],
+        uniform: bool = False,
+    ) -> list[int]:
+        """Each cluster model becomes the example-weighted mean of its members' returned models.
+
+        ``uniform``: every member counts once, whatever its example count.
+
+        A cluster whose new model would be non-finite or grow more than 10x
+        in norm keeps its model (and the refusal is logged and recorded).
+        Returns the clusters that changed.
+        """
+        new, changed = cluster_means(
+            self.models,
+            [a.state for a in accepted],
+            labels,
+            [1 if uniform else a.num_examples for a in accepted],
+        )
+        kept = []
+        for c in changed:
+            reason = unsafe_step(self.models[c], new[c])
+            if reason is not None:
+                log.error("round %d: refused cluster %d's update (%s)", server_round, c, reason)
+                self.events.append({"round": server_round, "refused": c, "reason": reason})
+                new[c] = self.models[c]
+            else:
+                kept.append(c)
+        self.set_models(new)
+        return kept
+
+    def restore_server_state(self, state: dict[str, Any]) -> None:
+        """The base's restore (each field of its kind), then what ties the fields together."""
+        super().restore_server_state(state)
+        self.assignment = np.asarray(self.assignment, dtype=np.int64)
+        self._records = None
+        rows, k = len(self.assignment), len(self.models)
+        if k < 1 or (rows and not 0 <= self.assignment.min() <= self.assignment.max() < k):
+            raise ValueError(
+                f"the saved assignment names clusters outside the {k} saved models; resume "
+                "from a <results>.resume.npz this method wrote, or start the run again"
+            )
+        if len(self.latest) != rows or len(self.has_latest) != rows:
+            raise ValueError(
+                f"the saved latest vectors ({len(self.latest)}, {len(self.has_latest)}) do not "
+                f"match the {rows} assigned clients; resume from a <results>.resume.npz this "
+                "method wrote, or start the run again"
+            )
+
+    def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list:
+        """Each sampled client trains its own cluster's model."""
+        records = self.model_records()
+        self._sent_from = {int(r): int(self.assignment[r]) for r in rows}
+        return [records[self._sent_from[int(r)]] for r in rows]
+
+    # -- evaluation and onboarding -----------------------------------------------------------
+    def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
+        """Each client's own cluster model."""
+        records = self.model_records()
+        return [records[int(c)] for c in self.current_assignment()]
+
+    def onboard_payloads(self, new: QueryResult) -> list:
+        """Every cluster model; the new client keeps the lowest loss on its training split."""
+        records = self.model_records()
+        payload = records[0] if len(records) == 1 else list(records)
+        return [payload] * len(new)
+
+    def saved_models(self) -> dict[str, np.ndarray]:
+        return {k: np.stack([np.asarray(m[k]) for m in self.models]) for k in self.models[0]}
+
+    def final_arrays(self) -> ArrayRecord:
+        """The cluster models stacked on a leading axis, as one ArrayRecord."""
+        return states_to_records([self.saved_models()])[0]
+
+    # -- results -----------------------------------------------------------------------------
+    def assignment_record(self) -> dict[str, Any]:
+        """The final assignment by partition and its ARI against the dominant class."""
+        labels = self.current_assignment()
+        pids = np.asarray(self.clients.partition_ids, dtype=np.int64)
+        rec: dict[str, Any] = {
+            "labels": labels.tolist(),
+            "partition_ids": pids.tolist(),
+            "num_models": self.num_models,
+            "sizes": np.bincount(labels, minlength=self.num_models).tolist(),
+            "events": self.events,
+        }
+        if self.truth is not None and len(pids):
+            rec["ari"], rec["ari_clients"] = hard_ari(self.truth[pids], labels)
+            rec["ari_all"], _ = hard_ari(self.truth[pids], labels, hard=0.0)
+        return rec
+
+    def run_record(self) -> dict[str, Any]:
+        return {**super().run_record(), "assignment": self.assignment_record()}

@@ -1,0 +1,276 @@
+"""The one-shot query round: one message to each node, every reply read and checked.
+
+:func:`query_round` asks nodes for their partition id, split sizes and (unless
+the kind is ``none``) their summary; :class:`QueryResult` holds the usable
+clients in partition order. Who is asked when is
+:class:`~ripple_flwr.app.server.strategies.core.admission.ClientRoster`'s business.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from flwr.app import Message, RecordDict
+from flwr.serverapp import Grid
+
+from ripple_flwr.app.protocol.messages import CONFIG, QUERY, query_config
+from ripple_flwr.app.server.strategies.core.claims import binding_refusal
+from ripple_flwr.app.server.strategies.core.fields import REPLY_ERRORS, as_count, as_number, as_text
+from ripple_flwr.app.server.strategies.core.grid import send_and_receive
+from ripple_flwr.app.server.strategies.core.own_data import (
+    LocalData,
+    assign_local,
+    check_local_info,
+)
+from ripple_flwr.runs.results import message_nbytes
+
+log = logging.getLogger("flwr.ripple")
+
+QUERY_TYPE = QUERY  # the one-shot round's message type (ripple_flwr.app.protocol)
+
+MAX_SECONDS = 86_400.0  # a client's reported embedding time: a day at most
+NPY_HEADER_LIMIT = 4096  # bytes of a .npy header beyond the data itself
+
+
+@dataclass
+class QueryResult:
+    """The usable clients, ordered by partition id, and why the others were left out."""
+
+    node_ids: list[int]
+    partition_ids: list[int]
+    num_examples: list[int]
+    features: np.ndarray | None
+    rejected: dict[int, str] = field(default_factory=dict)
+    bytes_up: list[int] = field(default_factory=list)
+    client_seconds: list[float] = field(default_factory=list)
+    num_test: list[int] = field(default_factory=list)  # test split sizes (0: not reported)
+    sources: list[str] = field(default_factory=list)  # "benchmark" | "local", by row
+    names: list[str] = field(default_factory=list)  # the nodes' own names (local data)
+
+    def __len__(self) -> int:
+        return len(self.node_ids)
+
+    def select(self, rows: Sequence[int]) -> QueryResult:
+        """The clients at ``rows`` (in that order); no rejections carried over."""
+        rows = [int(r) for r in rows]
+        return QueryResult(
+            node_ids=[self.node_ids[r] for r in rows],
+            partition_ids=[self.partition_ids[r] for r in rows],
+            num_examples=[self.num_examples[r] for r in rows],
+            features=None if self.features is None else self.features[rows],
+            bytes_up=[self.bytes_up[r] for r in rows] if self.bytes_up else [],
+            client_seconds=[self.client_seconds[r] for r in rows] if self.client_seconds else [],
+            num_test=[self.num_test[r] for r in rows] if self.num_test else [],
+            sources=[self.sources[r] for r in rows] if self.sources else [],
+            names=[self.names[r] for r in rows] if self.names else [],
+        )
+
+    def extend(self, other: QueryResult) -> None:
+        """Append ``other``'s clients (late joiners) after the current ones."""
+        self.node_ids += other.node_ids
+        self.partition_ids += other.partition_ids
+        self.num_examples += other.num_examples
+        if other.features is not None:
+            self.features = (
+                other.features
+                if self.features is None or not len(self.features)
+                else np.concatenate([self.features, other.features])
+            )
+        self.bytes_up += other.bytes_up
+        self.client_seconds += other.client_seconds
+        self.num_test += other.num_test
+        self.sources += other.sources
+        self.names += other.names
+        self.rejected.update(other.rejected)
+
+    def cap_sizes(self, cap: int) -> list[int]:
+        """Hold every reported size to ``cap`` (a multiple of the median); the rows capped."""
+        capped = [
+            r
+            for r in range(len(self))
+            if self.num_examples[r] > cap or (self.num_test and self.num_test[r] > cap)
+        ]
+        self.num_examples = [min(n, cap) for n in self.num_examples]
+        self.num_test = [min(n, cap) for n in self.num_test]
+        return capped
+
+    def known_train(self, row: int) -> int | None:
+        """The training split size the client reported once, in the query round."""
+        n = self.num_examples[row] if row < len(self.num_examples) else 0
+        return int(n) if n > 0 else None
+
+    def known_tests(self) -> list[int | None]:
+        """The test split sizes reported in the query round, by row (``None``: unknown)."""
+        return [int(n) if n > 0 else None for n in self.num_test] or [None] * len(self)
+
+
+def validate_summary(record: RecordDict, kind: str, dim: int | None) -> np.ndarray | None:
+    """The summary vector of a query reply, or ``ValueError`` saying what is wrong with it."""
+    if kind == "none":
+        return None
+    if "summary" not in record.array_records or "phi" not in record.array_records["summary"]:
+        raise ValueError(f"reply has no {kind} summary")
+    array = record.array_records["summary"]["phi"]
+    # Before decoding: the bytes must fit the promised length (a header may claim 2**40 floats).
+    if dim is not None and (
+        tuple(array.shape) != (dim,) or len(array.data) > dim * 8 + NPY_HEADER_LIMIT
+    ):
+        raise ValueError(
+            f"{kind} is declared {tuple(array.shape)} in {len(array.data)} bytes, expected ({dim},)"
+        )
+    phi = array.numpy()
+    if phi.ndim != 1 or (dim is not None and phi.shape[0] != dim):
+        raise ValueError(f"{kind} has shape {phi.shape}, expected ({dim},)")
+    if not np.issubdtype(phi.dtype, np.floating):
+        raise ValueError(f"{kind} has dtype {phi.dtype}, expected floats")
+    if not np.all(np.isfinite(phi)):
+        raise ValueError(f"{kind} contains NaN or Inf")
+    return phi.astype(np.float32, copy=False)
+
+
+def _read_query_reply(
+    msg: Message,
+    nid: int,
+    kind: str,
+    dim: int | None,
+    num_partitions: int,
+    local: LocalData | None,
+) -> tuple[tuple, int, tuple | None]:
+    """One query reply's fields, converted and checked: (row, partition id, local claim).
+
+    Raises one of ``REPLY_ERRORS`` naming the field; never anything else.
+    """
+    info = msg.content.config_records["info"]
+    source = "benchmark" if local is None else "local"
+    got = as_text(info.get("data", "benchmark"), "data", limit=16)
+    if got != source:
+        raise ValueError(f"node uses {got} data, the run {source} data")
+    n_node = as_count(info.get("num-partitions", num_partitions), "num-partitions")
+    if n_node != num_partitions:
+        raise ValueError(f"node has num-partitions={n_node}, run has {num_partitions}")
+    phi = validate_summary(msg.content, kind, dim)
+    row = (
+        nid,
+        as_count(info.get("num-examples", 0), "num-examples", low=0),  # 0: not reported
+        phi,
+        message_nbytes(msg),
+        as_number(info.get("seconds", 0.0), "seconds", low=0.0, high=MAX_SECONDS),
+        # Optional (0: not reported; the evaluation's own count is then used, within bounds).
+        as_count(info.get("num-test-examples", 0), "num-test-examples", low=0),
+    )
+    if local is not None:
+        name, held_out = check_local_info(info, local)
+        return row, -1, (name, nid, held_out, (*row, name))
+    pid = as_count(info["partition-id"], "partition-id", low=0, high=num_partitions - 1)
+    return (*row, ""), pid, None
+
+
+def query_round(
+    grid: Grid,
+    node_ids: Sequence[int],
+    kind: str,
+    dim: int | None,
+    num_partitions: int,
+    timeout: float,
+    taken: Iterable[int] = (),
+    extra: dict[str, Any] | None = None,
+    local: LocalData | None = None,
+    bound: dict[int, int] | None = None,
+) -> QueryResult:
+    """Ask every node once for its partition id (and summary); validate every reply.
+
+    ``num_partitions`` counts every partition of the run (training and new
+    clients). A node that errors, does not answer within ``timeout``, reports
+    a partition outside the run or one already taken (here or in ``taken``),
+    or sends a summary of the wrong length or with NaN/Inf is left out with
+    its reason logged; its summary never reaches the router. ``extra``
+    records go to every node with the question (the public parameters of the
+    embedding's differential privacy; a local-data run's classes and shape).
+    With ``local``, nodes bring their own data: each must report the run's
+    classes and image shape, and the server gives them their partition slots.
+    """
+    taken = set(int(t) for t in taken)
+    messages = [
+        Message(
+            RecordDict({CONFIG: query_config(kind), **(extra or {})}),
+            dst_node_id=int(nid),
+            message_type=QUERY_TYPE,
+        )
+        for nid in node_ids
+    ]
+    replies = send_and_receive(grid, messages, timeout)
+    # Match each reply to the message it answers (ids are set when pushed), not to its sender.
+    asked = {str(m.metadata.message_id): int(m.metadata.dst_node_id) for m in messages}
+    rejected: dict[int, str] = {}
+    rows: dict[int, tuple] = {}
+    claims: dict[int, list[tuple]] = {}
+    pending: list[tuple[str, int, bool, tuple]] = []
+    answered = set()
+    source = "benchmark" if local is None else "local"
+    for msg in replies:
+        nid = asked.get(str(msg.metadata.reply_to_message_id))
+        if nid is None or nid in answered:
+            log.warning(
+                "ignoring a reply (from node %d) that answers no query of this round",
+                int(msg.metadata.src_node_id),
+            )
+            continue
+        answered.add(nid)
+        if msg.has_error():
+            rejected[nid] = f"error in query round: {msg.error.reason}"
+            continue
+        try:
+            row, pid, local_claim = _read_query_reply(msg, nid, kind, dim, num_partitions, local)
+        except REPLY_ERRORS as err:
+            rejected[nid] = f"invalid query reply: {' '.join(str(err).split())}"
+            continue
+        if local_claim is not None:
+            pending.append(local_claim)
+        elif (refusal := binding_refusal(bound, nid, pid)) is not None:
+            rejected[nid] = refusal
+        elif pid in taken:
+            rejected[nid] = f"partition-id {pid} is already held by another node of the run"
+        else:
+            claims.setdefault(pid, []).append(row)
+    for pid, claimants in claims.items():
+        if len(claimants) == 1:
+            rows[pid] = claimants[0]
+            continue
+        # Two nodes claim one partition: neither is trusted with it (first come is not proof).
+        nodes = ", ".join(str(r[0]) for r in claimants)
+        for r in claimants:
+            rejected[r[0]] = f"partition-id {pid} is claimed by several nodes ({nodes})"
+    if local is not None:
+        assign_local(rows, pending, local, num_partitions, taken, rejected)
+    for nid in node_ids:
+        if int(nid) not in answered:
+            rejected[int(nid)] = f"no reply to the query round within {timeout:g} s"
+    for nid, reason in sorted(rejected.items()):
+        log.warning("node %d left out of training: %s", nid, reason)
+    order = sorted(rows)
+    feats = None
+    if kind != "none" and order:
+        feats = np.stack([rows[p][2] for p in order])
+    return QueryResult(
+        node_ids=[rows[p][0] for p in order],
+        partition_ids=order,
+        num_examples=[rows[p][1] for p in order],
+        features=feats,
+        rejected=rejected,
+        bytes_up=[rows[p][3] for p in order],
+        client_seconds=[rows[p][4] for p in order],
+        num_test=[rows[p][5] for p in order],
+        sources=[source] * len(order),
+        names=[rows[p][6] for p in order],
+    )
+
+
+def split_new(result: QueryResult, num_partitions: int) -> tuple[QueryResult, QueryResult]:
+    """(training clients, new clients) of a query round, by partition id."""
+    train = [i for i, p in enumerate(result.partition_ids) if p < num_partitions]
+    new = [i for i, p in enumerate(result.partition_ids) if p >= num_partitions]
+    return result.select(train), result.select(new)

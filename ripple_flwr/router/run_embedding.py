@@ -1,0 +1,44 @@
+"""The embedder a run's settings describe: what clients embed with, and the server alike.
+
+The server's DP mechanism (and anything else that must embed exactly as the clients do)
+builds it here, from the same settings, so neither side imports the other.
+"""
+
+from __future__ import annotations
+
+from ripple_flwr.router.pretrain import run_embed_size
+from ripple_flwr.settings import RunSettings
+from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder
+
+
+def embedder_key(settings: RunSettings, image_shape: tuple[int, int, int]) -> tuple:
+    """What the embedder depends on: equal keys, equal embeddings."""
+    side = run_embed_size(settings) or None
+    return (
+        tuple(image_shape),
+        settings.J,
+        settings.L,
+        settings.svd_rank,
+        settings.explained_variance,
+        side,
+    )
+
+
+def run_embedder(settings: RunSettings, image_shape: tuple[int, int, int]) -> SpectralEmbedder:
+    """A new embedder for the run's scattering (J, L), prototype (M or rho) and embed size.
+
+    Parameters
+    ----------
+    settings : RunSettings
+        The run's settings.
+    image_shape : tuple of int
+        (C, H, W) of the images it embeds.
+    """
+    return SpectralEmbedder(
+        tuple(image_shape),
+        J=settings.J,
+        L=settings.L,
+        prototype=PrototypeSettings(settings.svd_rank, settings.explained_variance_or_none),
+        device="auto",
+        embed_size=run_embed_size(settings) or None,
+    )
