@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ripple_flwr.data import available_datasets, image_shape_of
-from ripple_flwr.data.registry import RESIZABLE_DATASETS
+from ripple_flwr.data.registry import dataset_spec, is_resizable, resizable_datasets
 from ripple_flwr.methods import registry
 from ripple_flwr.privacy.mechanism import check_dp_params
 from ripple_flwr.router.pretrain import run_embed_size
@@ -21,8 +21,6 @@ from ripple_flwr.runs.outputs import confined_cache_dir
 from ripple_flwr.settings import ConfigError, RunSettings
 from ripple_flwr.training.models import available_models
 from ripple_flwr.wst.embedder import validate_scattering
-
-MNIST_5K_IMAGES = 5000
 
 
 def parse_run_config(run_config: Mapping[str, Any], *, method_rules: bool = True) -> RunSettings:
@@ -91,17 +89,19 @@ def check_run(settings: RunSettings, *, method_rules: bool = True) -> None:
         _check_local(settings, spec)
         return
     needed = settings.aux_size + settings.total_partitions * settings.partition_size
-    if settings.base_dataset == "mnist-5k" and needed > MNIST_5K_IMAGES:
+    spec_of_data = dataset_spec(settings.base_dataset)
+    known = spec_of_data.images if spec_of_data is not None else 0
+    if known and needed > known:
         raise ConfigError(
-            f"mnist-5k has {MNIST_5K_IMAGES} images: aux-size={settings.aux_size} + "
+            f"{settings.base_dataset} has {known} images: aux-size={settings.aux_size} + "
             f"(num-partitions={settings.num_partitions} + new-clients={settings.new_clients}) "
             f"x partition-size={settings.partition_size} = {needed}"
         )
     base = settings.base_dataset
     fixed = image_shape_of(base)
-    if settings.image_size and base not in RESIZABLE_DATASETS and fixed is not None:
+    if settings.image_size and not is_resizable(base) and fixed is not None:
         raise ConfigError(
-            f"image-size applies to {', '.join(sorted(RESIZABLE_DATASETS))} and local data; "
+            f"image-size applies to {', '.join(resizable_datasets())} and local data; "
             f"{base} is {fixed[1]}x{fixed[2]} (got image-size={settings.image_size}; use 0)"
         )
     shape = image_shape_of(base, settings.image_size)

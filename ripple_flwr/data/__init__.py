@@ -16,19 +16,20 @@ from ripple_flwr.data.partition import (
     true_mixtures,
 )
 from ripple_flwr.data.registry import (
-    EMBED_SIZES,
-    NATURAL_SPLIT_DATASETS,
+    DATASETS,
+    DatasetSpec,
     available_datasets,
     embed_size_of,
     has_natural_split,
     image_shape_of,
     load_dataset,
+    register_dataset,
 )
 from ripple_flwr.data.rotated import rotate_dataset
 
 __all__ = [
-    "EMBED_SIZES",
-    "NATURAL_SPLIT_DATASETS",
+    "DATASETS",
+    "DatasetSpec",
     "Federation",
     "ImageDataset",
     "available_datasets",
@@ -46,6 +47,7 @@ __all__ = [
     "mixture_of",
     "natural_federation",
     "read_idx",
+    "register_dataset",
     "rotate_dataset",
     "sample_dirichlet_clients",
     "server_aux_split",

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ripple_flwr.data import Federation, ImageDataset, build_federation, load_dataset
-from ripple_flwr.data.registry import RESIZABLE_DATASETS
+from ripple_flwr.data.registry import is_resizable
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
@@ -31,7 +31,7 @@ _FEDERATIONS: dict[str, Federation] = {}
 
 def _image_size(settings: RunSettings) -> int:
     """``image-size`` for the sets that resize their photos (office-home, gldv2-23k), else 0."""
-    return int(settings.image_size) if settings.base_dataset in RESIZABLE_DATASETS else 0
+    return int(settings.image_size) if is_resizable(settings.base_dataset) else 0
 
 
 def cached_dataset(settings: RunSettings) -> ImageDataset:

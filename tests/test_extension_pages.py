@@ -1,0 +1,71 @@
+"""The extension pages run: their Python blocks are executed in order, so a page that does not
+work fails CI, and the example of adding-a-method.md is checked against the repository's code.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ripple_flwr.data import registry as datasets
+from ripple_flwr.methods import registry as methods
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
+
+
+def python_blocks(page: str) -> list[str]:
+    """The ```python blocks of ``docs/<page>``, in order."""
+    blocks = BLOCK.findall((ROOT / "docs" / page).read_text())
+    assert blocks, f"docs/{page} has no python block"
+    return blocks
+
+
+@pytest.fixture
+def scratch_registries(monkeypatch, tmp_path):
+    """Registries a page may add to without touching the real ones, and an output folder."""
+    monkeypatch.setattr(methods, "METHODS", dict(methods.METHODS))
+    monkeypatch.setattr(datasets, "DATASETS", dict(datasets.DATASETS))
+    monkeypatch.chdir(tmp_path)  # the pages write under outputs/, the default output folder
+    monkeypatch.setenv("RIPPLE_OUTPUT_DIR", str(tmp_path / "outputs"))
+    monkeypatch.setenv("RIPPLE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def test_adding_a_method_shows_the_repository_code_and_runs(scratch_registries):
+    option, strategy, entry, run = python_blocks("adding-a-method.md")
+    assert option in (ROOT / "ripple_flwr/methods/options.py").read_text()
+    strategy_file = ROOT / "ripple_flwr/app/server/strategies/fedavgm.py"
+    assert strategy == strategy_file.read_text(), "the page's fedavgm.py is not the file"
+    real = methods.METHODS.pop("fedavgm")  # the page registers it again, as a new method
+    exec(compile(entry, "adding-a-method.md", "exec"), {})
+    assert methods.METHODS["fedavgm"] == real, "the page's entry is not the registry's"
+    namespace = {}
+    exec(compile(run, "adding-a-method.md", "exec"), namespace)
+    assert 0.0 <= namespace["results"]["final_accuracy"] <= 1.0
+
+
+def test_adding_a_dataset_registers_refuses_and_runs(scratch_registries):
+    namespace: dict = {"__name__": "adding_a_dataset"}
+    for block in python_blocks("adding-a-dataset.md"):
+        exec(compile(block, "adding-a-dataset.md", "exec"), namespace)
+    assert "sklearn-digits" in datasets.available_datasets()
+    assert "rotated-sklearn-digits" in datasets.available_datasets()
+    assert namespace["results"]["settings"]["dataset"] == "sklearn-digits"
+
+
+def test_a_dataset_entry_is_checked_when_registered(scratch_registries):
+    def load(root=None):
+        raise AssertionError("not loaded")
+
+    for spec, why in (
+        (datasets.DatasetSpec("Digits", load, (1, 8, 8)), "must be a lower-case word"),
+        (datasets.DatasetSpec("rotated-x", load, (1, 8, 8)), "is derived, not registered"),
+        (datasets.DatasetSpec("x", load, (2, 8, 8)), r"is not \(1 or 3, H, W\)"),
+        (datasets.DatasetSpec("x", None, (1, 8, 8)), "load must be callable"),
+        (datasets.DatasetSpec("mnist-5k", load, (1, 28, 28)), "registered already"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            datasets.register_dataset(spec)
