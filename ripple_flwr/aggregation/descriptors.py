@@ -30,7 +30,6 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import svd
 from threadpoolctl import threadpool_limits
 
 PROJECTION_POINTS = 200  # the official code's random points for its PCA
@@ -87,6 +86,8 @@ def projection(latent_dim: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """
     if not 1 <= k <= min(latent_dim, PROJECTION_POINTS):
         raise ValueError(f"cannot project {latent_dim} latent features to {k} dimensions")
+    from scipy.linalg import svd  # FLUX only: other runs' clients never load scipy.linalg
+
     points = np.random.RandomState(PROJECTION_SEED).uniform(0, 1, (PROJECTION_POINTS, latent_dim))
     mean = points.mean(axis=0)
     with threadpool_limits(limits=1):  # as the official code (and 30x faster on 2 busy cores)

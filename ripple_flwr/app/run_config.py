@@ -16,7 +16,7 @@ from ripple_flwr.data import available_datasets, image_shape_of
 from ripple_flwr.data.registry import dataset_spec, is_resizable, resizable_datasets
 from ripple_flwr.methods import registry
 from ripple_flwr.privacy.mechanism import check_dp_params
-from ripple_flwr.router.pretrain import run_embed_size
+from ripple_flwr.router.run_embedding import run_embed_size
 from ripple_flwr.runs.outputs import confined_cache_dir
 from ripple_flwr.settings import ConfigError, RunSettings
 from ripple_flwr.training.models import available_models

@@ -30,11 +30,11 @@ from ripple_flwr.data import (
 from ripple_flwr.data.base import classes_hash
 from ripple_flwr.data.federation import natural_aux
 from ripple_flwr.data.local import local_dataset
-from ripple_flwr.data.registry import embed_size_of
 from ripple_flwr.io.checks import FileCheck
 from ripple_flwr.io.integrity import HASH_KEY, seal, verify
 from ripple_flwr.io.jsonable import to_jsonable
 from ripple_flwr.router.routers import GMMVAERouter, MeanUnmixingRouter, UniformRouter, routing_l1
+from ripple_flwr.router.run_embedding import run_embed_size
 from ripple_flwr.router.synthetic import BankSettings, SyntheticBank, cached_bank
 from ripple_flwr.router.vae import GMMVAE, GMMVAEConfig, LossWeights, gmm_vae_loss, prune_weights
 from ripple_flwr.settings import RunSettings
@@ -200,16 +200,6 @@ def pretrain_settings_for(settings: RunSettings) -> PretrainSettings:
         image_column=settings.image_column,
         label_column=settings.label_column,
     )
-
-
-def run_embed_size(settings: RunSettings) -> int:
-    """The side a run's WST embeds at: ``embed-size``, else the dataset's (64 for the photo
-    sets), else 0 (the images' own size; always so for local data unless set)."""
-    if settings.embed_size:
-        return settings.embed_size
-    if settings.client_data == "local":
-        return 0
-    return embed_size_of(settings.base_dataset) or 0
 
 
 def class_list(text: str) -> tuple[str, ...]:

@@ -6,9 +6,19 @@ builds it here, from the same settings, so neither side imports the other.
 
 from __future__ import annotations
 
-from ripple_flwr.router.pretrain import run_embed_size
+from ripple_flwr.data.registry import embed_size_of
 from ripple_flwr.settings import RunSettings
 from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder
+
+
+def run_embed_size(settings: RunSettings) -> int:
+    """The side a run's WST embeds at: ``embed-size``, else the dataset's (64 for the photo
+    sets), else 0 (the images' own size; always so for local data unless set)."""
+    if settings.embed_size:
+        return settings.embed_size
+    if settings.client_data == "local":
+        return 0
+    return embed_size_of(settings.base_dataset) or 0
 
 
 def embedder_key(settings: RunSettings, image_shape: tuple[int, int, int]) -> tuple:
