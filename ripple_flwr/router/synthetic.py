@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ripple_flwr.data.partition import largest_remainder_counts
+from ripple_flwr.settings import machine_cache_root
 from ripple_flwr.wst.embedder import CPU_BATCH_CLIENTS, SpectralEmbedder
 from ripple_flwr.wst.threads import map_on_cpu_threads
 
@@ -287,7 +288,7 @@ def bank_key(
 
 def default_cache_dir() -> Path:
     """``$RIPPLE_CACHE_DIR`` or ``~/.cache/ripple-flwr``."""
-    return Path(os.environ.get("RIPPLE_CACHE_DIR", Path.home() / ".cache" / "ripple-flwr"))
+    return machine_cache_root()
 
 
 def cached_bank(

@@ -22,10 +22,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ripple_flwr.runs.results import default_results_path
-from ripple_flwr.settings import CACHE_DIR_ENV, ConfigError, RunSettings, machine_cache_root
+from ripple_flwr.settings import (
+    CACHE_DIR_ENV,
+    CHECKPOINT_DIR_ENV,
+    OUTPUT_DIR_ENV,
+    ConfigError,
+    Environment,
+    RunSettings,
+    machine_cache_root,
+)
 
-OUTPUT_DIR_ENV = "RIPPLE_OUTPUT_DIR"
-CHECKPOINT_DIR_ENV = "RIPPLE_CHECKPOINT_DIR"  # one more folder checkpoint= may name
 # Written beside the results file; each is kept unless the run says overwrite-results = true.
 SIDE_FILES = (".png", ".assignment.png", ".run.pt", ".resume.npz")
 # Folders an output folder may not be (nor lie in): the filesystem's own.
@@ -45,7 +51,7 @@ SYSTEM_FOLDERS = (
 
 def output_folder() -> Path:
     """``$RIPPLE_OUTPUT_DIR``, else ``outputs``, as given (:func:`output_root` resolves it)."""
-    return Path(os.environ.get(OUTPUT_DIR_ENV) or "outputs")
+    return Environment.read().output_folder
 
 
 def output_root() -> Path:
@@ -175,8 +181,9 @@ def confined_checkpoint(settings: RunSettings) -> Path | None:
     if not settings.checkpoint:
         return None
     roots = [output_folder(), machine_cache_root()]
-    if os.environ.get(CHECKPOINT_DIR_ENV):
-        roots.append(Path(os.environ[CHECKPOINT_DIR_ENV]))
+    extra = Environment.read().checkpoint_dir
+    if extra is not None:
+        roots.append(extra)
     return confined_path(
         "checkpoint",
         settings.checkpoint,

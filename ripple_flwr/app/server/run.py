@@ -54,7 +54,7 @@ from ripple_flwr.runs.outputs import (
 )
 from ripple_flwr.runs.results import tail_mean, write_results, write_status
 from ripple_flwr.runs.resume import load_server_state
-from ripple_flwr.settings import ConfigError, RunSettings
+from ripple_flwr.settings import ConfigError, Environment, RunSettings
 from ripple_flwr.training.models import build_model, get_state
 from ripple_flwr.training.pretrained import load_imagenet_weights
 from ripple_flwr.wst.embedder import embedding_dim
@@ -377,7 +377,7 @@ def log_folders(settings: RunSettings) -> dict[str, Any]:
     app = app_folder()
     folders: dict[str, Any] = {
         "output_folder": str(output_folder().expanduser().resolve()),
-        "output_folder_from": OUTPUT_DIR_ENV if os.environ.get(OUTPUT_DIR_ENV) else "cwd",
+        "output_folder_from": OUTPUT_DIR_ENV if Environment.read().output_dir else "cwd",
         "cache_folder": str(settings.cache_root().expanduser().resolve()),
         "working_folder": str(cwd),
         "home": str(Path.home()),
@@ -395,7 +395,7 @@ def log_folders(settings: RunSettings) -> dict[str, Any]:
     )
     differ = differs_from_app(app, cwd)
     folders["working_folder_differs_from_app"] = differ
-    if differ and not os.environ.get(OUTPUT_DIR_ENV):
+    if differ and Environment.read().output_dir is None:
         log.warning(
             "this server's working folder %s is not the app folder that was submitted (its "
             "%s differ from the bundle's or are missing): results go to %s and caches to %s, "

@@ -15,20 +15,16 @@ named in every query round (the first one and late joiners').
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
-from ripple_flwr.settings import ConfigError
-
-PARTITION_MAP_ENV = "RIPPLE_PARTITION_MAP"
+from ripple_flwr.settings import PARTITION_MAP_ENV, ConfigError, Environment
 
 
 def load_partition_map(num_partitions: int) -> dict[int, int] | None:
     """The server's node id -> partition binding (``None``: not set), checked in one line."""
-    raw = os.environ.get(PARTITION_MAP_ENV)
-    if not raw:
+    path = Environment.read().partition_map
+    if path is None:
         return None
-    path = Path(raw).expanduser()
+    raw = str(path)
     fix = f'write a JSON object {{"<node id>": <partition id>}} and point {PARTITION_MAP_ENV} at it'
     try:
         body = json.loads(path.read_text())
