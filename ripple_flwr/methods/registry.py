@@ -19,11 +19,15 @@ import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
 from ripple_flwr.methods import options as o
+
+if TYPE_CHECKING:  # the registry stays light: routers are the server's
+    from ripple_flwr.router.routers import Router
+
 from ripple_flwr.settings import Option, RunSettings
 from ripple_flwr.training.client_rules import CLIENT_RULES
 from ripple_flwr.training.personal import (
@@ -53,7 +57,7 @@ class MethodInputs:
     settings: RunSettings
     initial_state: dict[str, np.ndarray]
     true_mixtures: np.ndarray | None = None
-    router: Any = None
+    router: Router | None = None
     fresh_state: Callable[[int], dict[str, np.ndarray]] | None = None
 
     def initial_states(self, k: int) -> list[dict[str, np.ndarray]]:

@@ -59,9 +59,9 @@ from ripple_flwr.aggregation.descriptors import (
 from ripple_flwr.app.protocol.records import state_to_record
 from ripple_flwr.app.server.strategies.core.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.clustered import ClusterModels
-from ripple_flwr.app.server.strategies.core.describe import DescriptorRound, descriptor_round
 from ripple_flwr.app.server.strategies.core.fields import SIZE_CAP_FACTOR
 from ripple_flwr.app.server.strategies.core.replies import Accepted
+from ripple_flwr.app.server.strategies.flux_descriptors import DescriptorRound, descriptor_round
 from ripple_flwr.methods.options import (
     FLUX_ACCURACY_DELTA,
     FLUX_EPS_SCALING,

@@ -46,9 +46,9 @@ from ripple_flwr.aggregation.clustering import State, redraw_until_balanced, sma
 from ripple_flwr.app.protocol.candidates import payload_nbytes
 from ripple_flwr.app.server.strategies.core.base import states_to_records
 from ripple_flwr.app.server.strategies.core.clustered import ClusterModels
-from ripple_flwr.app.server.strategies.core.evaluation import evaluate_on
 from ripple_flwr.app.server.strategies.core.fields import REPLY_ERRORS
 from ripple_flwr.app.server.strategies.core.replies import Accepted, check_choice
+from ripple_flwr.app.server.strategies.core.scoring import evaluate_on
 from ripple_flwr.methods.options import IFCA_INIT_BALANCE, IFCA_INIT_DRAWS
 from ripple_flwr.methods.registry import MethodInputs
 from ripple_flwr.settings import RunSettings

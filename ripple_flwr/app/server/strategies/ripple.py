@@ -26,6 +26,7 @@ from ripple_flwr.app.server.strategies.core.base import states_to_records
 from ripple_flwr.app.server.strategies.core.replies import Accepted
 from ripple_flwr.app.server.strategies.core.server_models import ServerModels
 from ripple_flwr.methods.registry import MethodInputs
+from ripple_flwr.router.routers import Router
 from ripple_flwr.runs.results import hard_ari, routing_metrics
 from ripple_flwr.runs.resume import save_server_state
 from ripple_flwr.settings import RunSettings
@@ -82,7 +83,7 @@ class RippleStrategy(ServerModels):
         settings: RunSettings,
         initial_state: dict[str, np.ndarray],
         *,
-        router: Any = None,
+        router: Router | None = None,
         truth: np.ndarray | None = None,
         weights: np.ndarray | None = None,
         eps: float = 1e-8,

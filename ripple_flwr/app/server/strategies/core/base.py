@@ -48,7 +48,7 @@ from ripple_flwr.app.server.strategies.core.accounting import (
     RoundRecord,
 )
 from ripple_flwr.app.server.strategies.core.admission import ClientRoster, QueryResult
-from ripple_flwr.app.server.strategies.core.evaluating import EvaluationRounds
+from ripple_flwr.app.server.strategies.core.evaluation_rounds import EvaluationRounds
 from ripple_flwr.app.server.strategies.core.grid import PollingGrid
 from ripple_flwr.app.server.strategies.core.loop import run_rounds
 from ripple_flwr.app.server.strategies.core.replies import (

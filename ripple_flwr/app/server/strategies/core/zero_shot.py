@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from flwr.serverapp import Grid
 
-from ripple_flwr.app.server.strategies.core.evaluation import best_by_loss, evaluate_on, score_stats
+from ripple_flwr.app.server.strategies.core.scoring import best_by_loss, evaluate_on, score_stats
 
 log = logging.getLogger("flwr.ripple")
 

@@ -18,10 +18,10 @@ from flwr.serverapp import Grid
 
 from ripple_flwr.app.protocol.candidates import payload_nbytes, payload_size
 from ripple_flwr.app.server.strategies.core.accounting import EvaluationRecord
-from ripple_flwr.app.server.strategies.core.evaluation import evaluate_messages, score_stats
 from ripple_flwr.app.server.strategies.core.replies import (
     collect_evaluations,
 )
+from ripple_flwr.app.server.strategies.core.scoring import evaluate_messages, score_stats
 
 log = logging.getLogger("flwr.ripple")
 
