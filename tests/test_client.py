@@ -162,3 +162,20 @@ def test_federation_cache_on_disk(tmp_path):
     federation_cache._FEDERATIONS.clear()
     rebuilt = federation_cache.cached_federation(settings)
     np.testing.assert_array_equal(rebuilt.aux_indices, built.aux_indices)
+
+
+def test_the_client_runtime_holds_the_process_caches_and_forgets_them(cache_dir):
+    """The parsed config and the embedder are built once and kept in one object, RUNTIME."""
+    from ripple_flwr.app.client.runtime import RUNTIME
+
+    cfg = tiny_run_config(cache_dir)
+    RUNTIME.clear()
+    query = _msg({"config": query_config("embedding")}, "query.embed")
+    handle_query(query, _context(cfg))
+    settings, embedder = RUNTIME.settings.value, RUNTIME.embedder.value
+    assert settings is not None and embedder is not None
+    handle_query(query, _context(cfg, pid=2))
+    assert RUNTIME.settings.value is settings and RUNTIME.embedder.value is embedder
+    RUNTIME.clear()
+    assert RUNTIME.settings.value is None and RUNTIME.embedder.value is None
+    assert RUNTIME.threads is None and not RUNTIME.node_settings

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from ripple_flwr.app.run_config import parse_run_config, settings_from_context, summary_kind
+from ripple_flwr.app.client.handlers import settings_from_context
+from ripple_flwr.app.run_config import parse_run_config, summary_kind
 from ripple_flwr.methods.registry import all_options
 from ripple_flwr.router.pretrain import pretrain_settings_for
 from ripple_flwr.settings import ConfigError, RunSettings

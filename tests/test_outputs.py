@@ -185,7 +185,8 @@ def test_a_resume_file_outside_the_output_folder_is_refused(machine, tmp_path):
 
 
 def test_cache_dir_is_confined_on_server_and_client_alike(machine, tmp_path):
-    from ripple_flwr.app.run_config import parse_run_config, settings_from_context
+    from ripple_flwr.app.client.handlers import settings_from_context
+    from ripple_flwr.app.run_config import parse_run_config
 
     outside = tmp_path / "anywhere" / "cache"
     for parse in (parse_run_config, settings_from_context):  # the ServerApp's, the ClientApp's

@@ -8,7 +8,6 @@ live in its strategy file (``check_settings``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,23 +37,6 @@ def parse_run_config(run_config: Mapping[str, Any], *, method_rules: bool = True
 def settings_defaults() -> dict[str, Any]:
     """Every run-config key at its default (the run's settings and every method's options)."""
     return parse_run_config({}).to_dict()
-
-
-def settings_from_context(run_config: Mapping[str, Any]) -> RunSettings:
-    """A client's :func:`parse_run_config`, once per process (the same config, the same object).
-
-    Without the method's own rules: the server checked them before its first message.
-    """
-    key = json.dumps(dict(run_config), sort_keys=True, default=str)
-    cached = _PARSED.get(key)
-    if cached is None:
-        cached = parse_run_config(run_config, method_rules=False)
-        _PARSED.clear()
-        _PARSED[key] = cached
-    return cached
-
-
-_PARSED: dict[str, RunSettings] = {}
 
 
 def _choice(key: str, value: str, allowed) -> None:

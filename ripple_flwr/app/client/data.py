@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
+from ripple_flwr.app.client.runtime import RUNTIME
 from ripple_flwr.app.protocol.messages import NAME_LIMIT, RUN_DATA, decode_run_data
 from ripple_flwr.data.base import classes_hash
 from ripple_flwr.data.cache import cached_federation
@@ -117,9 +118,6 @@ def _run_data(settings: RunSettings, state: RecordDict) -> tuple[list[str], tupl
 
 
 # -- the node's own files -------------------------------------------------------------------
-_LOCAL: dict[str, ClientData] = {}
-
-
 def local_data(
     settings: RunSettings, node_config: Mapping[str, Any], state: RecordDict
 ) -> ClientData:
@@ -143,8 +141,9 @@ def local_data(
     key = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:24]
     # The name too: the same folder under another name is another node (it reports that name).
     split_key = f"{key}-{seed}-{test_fraction!r}-{node_name(node_config)}"
-    if split_key in _LOCAL:
-        return _LOCAL[split_key]
+    if RUNTIME.local_data.key == split_key:
+        return RUNTIME.local_data.value
+    RUNTIME.local_data.clear()  # one node's data per process at a time (memory)
     images, labels = _decoded(settings, key, path, classes, shape, image_column, label_column)
     train, test = split_rows(len(labels), test_fraction, seed, path)
     data = ClientData(
@@ -158,9 +157,7 @@ def local_data(
         name=node_name(node_config),
         classes=classes_hash(classes),
     )
-    _LOCAL.clear()  # one node's data per process at a time (memory)
-    _LOCAL[split_key] = data
-    return data
+    return RUNTIME.local_data.get(split_key, lambda: data)
 
 
 def _decoded(

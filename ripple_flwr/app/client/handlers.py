@@ -9,9 +9,10 @@ error, never a fallback); the work itself is in :mod:`.work`, which knows nothin
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flwr.app import (
@@ -37,6 +38,7 @@ from ripple_flwr.app.client.data import (
 from ripple_flwr.app.client.describe import client_descriptor
 from ripple_flwr.app.client.node_release import release_once
 from ripple_flwr.app.client.node_state import NodeStore
+from ripple_flwr.app.client.runtime import RUNTIME
 from ripple_flwr.app.client.work import (
     check_partition,
     choose_candidate,
@@ -71,13 +73,23 @@ from ripple_flwr.app.protocol.records import (
     record_to_state,
     state_to_record,
 )
-from ripple_flwr.app.run_config import settings_from_context
+from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.data.images import ImageFormatError
 from ripple_flwr.data.local import LocalDataError
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
 RULE_STATE_KEY = "ripple.rule-state"  # context.state: trainings this node's state has seen
+
+
+def settings_from_context(run_config: Mapping[str, Any]) -> RunSettings:
+    """The run config parsed once per process (the same config, the same object).
+
+    Without the method's own rules: the server checked them before its first message, and a
+    client never imports a strategy.
+    """
+    key = json.dumps(dict(run_config), sort_keys=True, default=str)
+    return RUNTIME.settings.get(key, lambda: parse_run_config(run_config, method_rules=False))
 
 
 def node_data(context: Context) -> tuple[RunSettings, ClientData]:
@@ -107,13 +119,10 @@ def node_settings(settings: RunSettings, node_config: dict[str, Any]) -> RunSett
             "'partition-id=<i> num-partitions=<n>', or set num-partitions in the run config"
         )
     n = int(node_config["num-partitions"])
-    cached = _NODE_SETTINGS.get(n)
+    cached = RUNTIME.node_settings.get(n)
     if cached is None or cached[0] is not settings:  # settings_from_context: one per config
-        cached = _NODE_SETTINGS[n] = (settings, settings.with_nodes(n))
+        cached = RUNTIME.node_settings[n] = (settings, settings.with_nodes(n))
     return cached[1]
-
-
-_NODE_SETTINGS: dict[int, tuple[RunSettings, RunSettings]] = {}
 
 
 def answers_data_errors(handler: Callable[[Message, Context], Message]):

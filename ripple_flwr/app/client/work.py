@@ -21,6 +21,7 @@ import torch
 
 from ripple_flwr.app.client.candidates import lowest_loss
 from ripple_flwr.app.client.data import ClientData, benchmark_data
+from ripple_flwr.app.client.runtime import RUNTIME
 from ripple_flwr.app.protocol.messages import (
     ACCURACY,
     LOSS,
@@ -39,10 +40,6 @@ from ripple_flwr.wst.embedder import SpectralEmbedder
 
 log = logging.getLogger("flwr.ripple")
 
-_EMBEDDERS: dict[tuple, SpectralEmbedder] = {}
-_MODELS: dict[tuple, torch.nn.Module] = {}
-_THREADS_SET: list[int] = []
-
 
 # -- per-process resources -----------------------------------------------------------------
 def device() -> str:
@@ -52,30 +49,27 @@ def device() -> str:
 
 def _limit_threads(settings: RunSettings) -> None:
     """One torch thread per client process by default: many processes share two cores."""
-    if settings.client_threads and _THREADS_SET != [settings.client_threads]:
+    if settings.client_threads and RUNTIME.threads != settings.client_threads:
         torch.set_num_threads(settings.client_threads)
-        _THREADS_SET[:] = [settings.client_threads]
+        RUNTIME.threads = settings.client_threads
 
 
 def embedder_for(settings: RunSettings, image_shape: tuple[int, int, int]) -> SpectralEmbedder:
     """The process's embedder for these settings (scattering filters built once)."""
     key = embedder_key(settings, image_shape)
-    if key not in _EMBEDDERS:
-        _EMBEDDERS.clear()
-        _EMBEDDERS[key] = run_embedder(settings, image_shape)
-    return _EMBEDDERS[key]
+    return RUNTIME.embedder.get(key, lambda: run_embedder(settings, image_shape))
 
 
 def _model_for(settings: RunSettings, image_shape, num_classes: int) -> torch.nn.Module:
     """A reusable model skeleton; its weights are always overwritten by the received ones."""
     key = (settings.model, tuple(image_shape), num_classes, settings.pretrained)
-    if key not in _MODELS:
-        _MODELS.clear()
-        # The architecture only: the ImageNet weights reach a client as the server's model.
-        _MODELS[key] = build_model(
+    # The architecture only: the ImageNet weights reach a client as the server's model.
+    return RUNTIME.model.get(
+        key,
+        lambda: build_model(
             settings.model, image_shape, num_classes, pretrained=settings.pretrained
-        )
-    return _MODELS[key]
+        ),
+    )
 
 
 def check_partition(settings: RunSettings, node_config: dict[str, Any]) -> int:
