@@ -81,3 +81,85 @@ def costs() -> str:
             f"{models} | {wall} |"
         )
     return "\n".join(lines)
+
+
+# The map's label-skew 0.1 cell is Table 1's protocol at 100 rounds: its rows beside Table 1's.
+SAME_PROTOCOL_CELL = "label-skew-0.1"
+TABLE1_ROW = {"ripple-strat": "ripple-strat-gmm-vae", "ripple-unif": "ripple-unif-gmm-vae"}
+
+
+def _order(values: dict[str, float]) -> list[str]:
+    return sorted(values, key=lambda n: -values[n])
+
+
+def ranking_at_300() -> str:
+    """The map's label-skew 0.1 cell (100 rounds) beside Table 1 (300 rounds): does the
+    ranking change? Computed from the two committed JSON lines; the caveats named."""
+    if not (ev.RESULTS / MAP).is_file():
+        return "No map is committed yet."
+    d, t = ev.load(MAP), ev.load(TABLE1)
+    cell = d["cells"][SAME_PROTOCOL_CELL]["rows"]
+    at100, at300 = {}, {}
+    for name, row in cell.items():
+        other = t["rows"].get(TABLE1_ROW.get(name, name))
+        if row["final_accuracy"].get("mean") is None or other is None:
+            continue
+        at100[name] = 100 * row["final_accuracy"]["mean"]
+        at300[name] = 100 * other["final_accuracy"]["mean"]
+    o100, o300 = _order(at100), _order(at300)
+
+    def compared(order: list[str]) -> list[str]:  # as the map's margin: no Ripple, no oracle
+        return [n for n in order if not ev.is_oracle(n) and not ev.is_ripple(n)]
+
+    best100, best300 = compared(o100)[0], compared(o300)[0]
+    margin100, margin300 = (
+        at100["ripple-strat"] - at100[best100],
+        at300["ripple-strat"] - at300[best300],
+    )
+    moved = [n for n in o100 if o100.index(n) != o300.index(n)]
+    moved_compared = [
+        n for n in compared(o100) if compared(o100).index(n) != compared(o300).index(n)
+    ]
+    lines = [
+        f"The map's {SAME_PROTOCOL_CELL} cell is Table 1's protocol at {d['rounds']} rounds "
+        f"({ev.seeds_text(d['seeds'])}); Table 1 ran it to {t['rounds']} rounds "
+        f"({ev.seeds_text(t['seeds'])}). Training clients' accuracy (%, mean over seeds):",
+        "",
+        f"| method | {d['rounds']} rounds (map) | rank | {t['rounds']} rounds (Table 1) | rank |",
+        "|---|---|---|---|---|",
+    ]
+    for n in o100:
+        lines.append(
+            f"| {ev.label(n)} | {at100[n]:.1f} | {o100.index(n) + 1} | {at300[n]:.1f} | "
+            f"{o300.index(n) + 1} |"
+        )
+    verdict = (
+        "The order is the same at both lengths."
+        if not moved
+        else f"{len(moved)} of {len(o100)} methods change place ("
+        + ", ".join(f"{ev.label(n)} {o100.index(n) + 1} -> {o300.index(n) + 1}" for n in moved)
+        + ")."
+    )
+    lead = (
+        f"Ripple-Strat's margin over the best compared method is {margin100:+.1f} points "
+        f"(over {ev.label(best100)}) at {d['rounds']} rounds and {margin300:+.1f} (over "
+        f"{ev.label(best300)}) at {t['rounds']}: "
+        + ("the same sign" if (margin100 > 0) == (margin300 > 0) else "**the sign changes**")
+        + ("" if best100 == best300 else ", but the best compared method is another")
+    )
+    rule = (
+        "the compared methods keep their order, so 100 rounds stands"
+        if not moved_compared
+        else f"{len(moved_compared)} compared methods change place, so by the rule above the "
+        "map's order among the other methods at 100 rounds is not final: read its margins as "
+        f"{d['rounds']}-round margins (re-running the map at {t['rounds']} rounds is the open "
+        "step)"
+    )
+    lines += [
+        "",
+        f"{verdict} {lead}; {rule}. Caveats: the map holds out 10 new clients (zero-shot) and runs "
+        "IFCA at K = 10, Table 1 holds none out and reports IFCA at its swept K "
+        f"({t['rows']['ifca']['k']}); the 300-round check is this one cell, from runs made "
+        "for Table 1, not a new run.",
+    ]
+    return "\n".join(lines)

@@ -40,7 +40,12 @@ PAGES = {
     ),
     "docs/ripple-hdb.md": ("hdb",),
     "docs/sweeps.md": ("sweep-speed",),
-    "docs/which-method.md": ("which-method-when", "heterogeneity-map", "method-costs"),
+    "docs/which-method.md": (
+        "which-method-when",
+        "heterogeneity-map",
+        "map-ranking-300",
+        "method-costs",
+    ),
 }
 
 
@@ -114,6 +119,7 @@ GENERATORS = {
     "install-size": evidence_speed.install_size,
     "heterogeneity-map": evidence_map.heterogeneity_map,
     "method-costs": evidence_map.costs,
+    "map-ranking-300": evidence_map.ranking_at_300,
 }
 
 
