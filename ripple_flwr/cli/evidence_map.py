@@ -92,47 +92,31 @@ def _order(values: dict[str, float]) -> list[str]:
     return sorted(values, key=lambda n: -values[n])
 
 
-def ranking_at_300() -> str:
-    """The map's label-skew 0.1 cell (100 rounds) beside Table 1 (300 rounds): does the
-    ranking change? Computed from the two committed JSON lines; the caveats named."""
-    if not (ev.RESULTS / MAP).is_file():
-        return "No map is committed yet."
-    d, t = ev.load(MAP), ev.load(TABLE1)
-    cell = d["cells"][SAME_PROTOCOL_CELL]["rows"]
+def _same_cell(d: dict, t: dict) -> tuple[dict[str, float], dict[str, float]]:
+    """The cell's training accuracy (%) per method at the map's length and Table 1's."""
     at100, at300 = {}, {}
-    for name, row in cell.items():
+    for name, row in d["cells"][SAME_PROTOCOL_CELL]["rows"].items():
         other = t["rows"].get(TABLE1_ROW.get(name, name))
         if row["final_accuracy"].get("mean") is None or other is None:
             continue
         at100[name] = 100 * row["final_accuracy"]["mean"]
         at300[name] = 100 * other["final_accuracy"]["mean"]
+    return at100, at300
+
+
+def _compared(order: list[str]) -> list[str]:
+    """The methods the map's margin compares Ripple-Strat with (no Ripple, no oracle)."""
+    return [n for n in order if not ev.is_oracle(n) and not ev.is_ripple(n)]
+
+
+def _ranking_verdict(d: dict, t: dict, at100: dict, at300: dict) -> str:
     o100, o300 = _order(at100), _order(at300)
-
-    def compared(order: list[str]) -> list[str]:  # as the map's margin: no Ripple, no oracle
-        return [n for n in order if not ev.is_oracle(n) and not ev.is_ripple(n)]
-
-    best100, best300 = compared(o100)[0], compared(o300)[0]
-    margin100, margin300 = (
-        at100["ripple-strat"] - at100[best100],
-        at300["ripple-strat"] - at300[best300],
-    )
+    c100, c300 = _compared(o100), _compared(o300)
+    best100, best300 = c100[0], c300[0]
+    margin100 = at100["ripple-strat"] - at100[best100]
+    margin300 = at300["ripple-strat"] - at300[best300]
     moved = [n for n in o100 if o100.index(n) != o300.index(n)]
-    moved_compared = [
-        n for n in compared(o100) if compared(o100).index(n) != compared(o300).index(n)
-    ]
-    lines = [
-        f"The map's {SAME_PROTOCOL_CELL} cell is Table 1's protocol at {d['rounds']} rounds "
-        f"({ev.seeds_text(d['seeds'])}); Table 1 ran it to {t['rounds']} rounds "
-        f"({ev.seeds_text(t['seeds'])}). Training clients' accuracy (%, mean over seeds):",
-        "",
-        f"| method | {d['rounds']} rounds (map) | rank | {t['rounds']} rounds (Table 1) | rank |",
-        "|---|---|---|---|---|",
-    ]
-    for n in o100:
-        lines.append(
-            f"| {ev.label(n)} | {at100[n]:.1f} | {o100.index(n) + 1} | {at300[n]:.1f} | "
-            f"{o300.index(n) + 1} |"
-        )
+    moved_compared = [n for n in c100 if c100.index(n) != c300.index(n)]
     verdict = (
         "The order is the same at both lengths."
         if not moved
@@ -155,11 +139,33 @@ def ranking_at_300() -> str:
         f"{d['rounds']}-round margins (re-running the map at {t['rounds']} rounds is the open "
         "step)"
     )
-    lines += [
-        "",
-        f"{verdict} {lead}; {rule}. Caveats: the map holds out 10 new clients (zero-shot) and runs "
-        "IFCA at K = 10, Table 1 holds none out and reports IFCA at its swept K "
+    return (
+        f"{verdict} {lead}; {rule}. Caveats: the map holds out 10 new clients (zero-shot) and "
+        "runs IFCA at K = 10, Table 1 holds none out and reports IFCA at its swept K "
         f"({t['rows']['ifca']['k']}); the 300-round check is this one cell, from runs made "
-        "for Table 1, not a new run.",
+        "for Table 1, not a new run."
+    )
+
+
+def ranking_at_300() -> str:
+    """The map's label-skew 0.1 cell (100 rounds) beside Table 1 (300 rounds): does the
+    ranking change? Computed from the two committed JSON lines; the caveats named."""
+    if not (ev.RESULTS / MAP).is_file():
+        return "No map is committed yet."
+    d, t = ev.load(MAP), ev.load(TABLE1)
+    at100, at300 = _same_cell(d, t)
+    o100, o300 = _order(at100), _order(at300)
+    lines = [
+        f"The map's {SAME_PROTOCOL_CELL} cell is Table 1's protocol at {d['rounds']} rounds "
+        f"({ev.seeds_text(d['seeds'])}); Table 1 ran it to {t['rounds']} rounds "
+        f"({ev.seeds_text(t['seeds'])}). Training clients' accuracy (%, mean over seeds):",
+        "",
+        f"| method | {d['rounds']} rounds (map) | rank | {t['rounds']} rounds (Table 1) | rank |",
+        "|---|---|---|---|---|",
     ]
-    return "\n".join(lines)
+    for n in o100:
+        lines.append(
+            f"| {ev.label(n)} | {at100[n]:.1f} | {o100.index(n) + 1} | {at300[n]:.1f} | "
+            f"{o300.index(n) + 1} |"
+        )
+    return "\n".join([*lines, "", _ranking_verdict(d, t, at100, at300)])
