@@ -105,7 +105,7 @@ def test_the_server_warns_when_its_working_folder_is_not_the_submitted_app(
     import sys
     import types
 
-    from ripple_flwr.app.server.run import log_folders
+    from ripple_flwr.app.server.folders import log_folders
 
     bundle = tmp_path / "apps" / "ripple-flwr.0.1.0.abc"
     for rel, text in (("server_app.py", "app = 1\n"), ("client_app.py", "app = 2\n")):
