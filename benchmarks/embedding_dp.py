@@ -51,10 +51,10 @@ from ripple_flwr.privacy.mechanism import (  # noqa: E402
     privatize_embedding,
     reference_projection,
 )
+from ripple_flwr.router.checkpoint import load_checkpoint  # noqa: E402
 from ripple_flwr.router.pretrain import (  # noqa: E402
     PretrainSettings,
     TrainSettings,
-    load_checkpoint,
     pretrain,
 )
 from ripple_flwr.router.routers import UniformRouter, routing_l1  # noqa: E402

@@ -95,7 +95,7 @@ def test_the_client_sends_the_noisy_release_only(tiny_checkpoint, cache_dir):
     from ripple_flwr.app.client.handlers import handle_query
     from ripple_flwr.app.client.work import client_summary, embedder_for
     from ripple_flwr.data.cache import cached_federation
-    from ripple_flwr.router.pretrain import load_checkpoint
+    from ripple_flwr.router.checkpoint import load_checkpoint
 
     cfg = tiny_run_config(cache_dir, method="ripple", checkpoint=str(tiny_checkpoint))
     settings = parse_run_config(cfg)

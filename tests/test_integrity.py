@@ -10,7 +10,7 @@ import torch
 
 from ripple_flwr.cli import onboard
 from ripple_flwr.io.integrity import HASH_KEY, IntegrityError, content_sha256, seal, verify
-from ripple_flwr.router.pretrain import load_checkpoint, save_checkpoint
+from ripple_flwr.router.checkpoint import load_checkpoint, save_checkpoint
 from ripple_flwr.router.vae import GMMVAE, GMMVAEConfig
 from ripple_flwr.runs.saved_runs import SavedRun, load_run, save_run
 from ripple_flwr.training.models import build_model, get_state

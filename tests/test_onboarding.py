@@ -17,7 +17,7 @@ from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.cli import onboard
 from ripple_flwr.data.cache import cached_federation
 from ripple_flwr.io.integrity import seal
-from ripple_flwr.router.pretrain import load_checkpoint
+from ripple_flwr.router.checkpoint import load_checkpoint
 from ripple_flwr.runs.onboarding import Onboarder, load_model, save_model
 from ripple_flwr.runs.saved_runs import (
     SAVED_RUN_VERSION,

@@ -8,11 +8,8 @@ import torch
 from conftest import tiny_pretrain_settings
 
 from ripple_flwr.cli import pretrain as pretrain_vae
-from ripple_flwr.router.pretrain import (
-    check_settings,
-    load_checkpoint,
-    pretrain,
-)
+from ripple_flwr.router.checkpoint import check_settings, load_checkpoint
+from ripple_flwr.router.pretrain import pretrain
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from ripple_flwr.app.server.strategies.core.base import client_train_config
 from ripple_flwr.app.server.strategies.fedavg import FedAvgMethod
 from ripple_flwr.app.server.strategies.local_only import LocalOnly
 from ripple_flwr.app.server.strategies.ripple import RippleStrategy
-from ripple_flwr.router.pretrain import load_checkpoint
+from ripple_flwr.router.checkpoint import load_checkpoint
 from ripple_flwr.settings import RunSettings
 
 

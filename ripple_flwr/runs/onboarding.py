@@ -31,7 +31,8 @@ from ripple_flwr.aggregation.descriptors import (
 )
 from ripple_flwr.aggregation.hdb import collapse_weights
 from ripple_flwr.aggregation.mixing import mix_model, mix_stacked, unstack
-from ripple_flwr.router.pretrain import load_checkpoint, resolve_device
+from ripple_flwr.router.checkpoint import load_checkpoint
+from ripple_flwr.router.pretrain import resolve_device
 from ripple_flwr.runs.saved_runs import SavedRun, file_sha256, load_run
 from ripple_flwr.training.latent import latent_features
 from ripple_flwr.training.models import build_model, set_state

@@ -17,14 +17,13 @@ import torch
 from ripple_flwr.app.server.run_data import RunData
 from ripple_flwr.data import Federation
 from ripple_flwr.methods.registry import MethodInputs, get_method
-from ripple_flwr.router.pretrain import (
+from ripple_flwr.router.checkpoint import (
     CHECKPOINT_VERSION,
     Checkpoint,
     checkpoint_settings,
     load_checkpoint,
-    pretrain,
-    pretrain_settings_for,
 )
+from ripple_flwr.router.pretrain import pretrain, pretrain_settings_for
 from ripple_flwr.router.synthetic import BANK_FORMAT_VERSION
 from ripple_flwr.runs.outputs import (
     confined_checkpoint,
