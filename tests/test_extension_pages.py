@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ripple_flwr.app.server.strategies.core import defences
 from ripple_flwr.data import registry as datasets
 from ripple_flwr.methods import registry as methods
 
@@ -28,6 +29,7 @@ def scratch_registries(monkeypatch, tmp_path):
     """Registries a page may add to without touching the real ones, and an output folder."""
     monkeypatch.setattr(methods, "METHODS", dict(methods.METHODS))
     monkeypatch.setattr(datasets, "DATASETS", dict(datasets.DATASETS))
+    monkeypatch.setattr(defences, "REPLY_DEFENCES", list(defences.REPLY_DEFENCES))
     monkeypatch.chdir(tmp_path)  # the pages write under outputs/, the default output folder
     monkeypatch.setenv("RIPPLE_OUTPUT_DIR", str(tmp_path / "outputs"))
     monkeypatch.setenv("RIPPLE_CACHE_DIR", str(tmp_path / "cache"))
@@ -69,3 +71,29 @@ def test_a_dataset_entry_is_checked_when_registered(scratch_registries):
     ):
         with pytest.raises(ValueError, match=why):
             datasets.register_dataset(spec)
+
+
+def test_adding_a_defence_drops_the_hostile_client_and_only_it(scratch_registries):
+    namespace: dict = {"__name__": "adding_a_defence"}
+    for block in python_blocks("adding-a-defence.md"):
+        exec(compile(block, "adding-a-defence.md", "exec"), namespace)
+    assert [d.name for d in defences.REPLY_DEFENCES] == ["method-check", "loss-cap", "update-bound"]
+
+
+def test_a_defence_is_checked_when_registered(scratch_registries):
+    def keep_all(strategy, server_round, accepted):
+        return [None] * len(accepted)
+
+    for make, why in (
+        (lambda: defences.ReplyDefence("Cap", keep_all, "x"), "must be a lower-case word"),
+        (lambda: defences.ReplyDefence("cap", None, "x"), "check must be callable"),
+        (lambda: defences.ReplyDefence("cap", keep_all, " "), "has no doc"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            make()
+    cap = defences.ReplyDefence("cap", keep_all, "keeps every reply")
+    with pytest.raises(ValueError, match="no defence 'nothing' to insert before"):
+        defences.register_defence(cap, before="nothing")
+    defences.register_defence(cap)
+    with pytest.raises(ValueError, match="'cap' is registered already"):
+        defences.register_defence(cap)

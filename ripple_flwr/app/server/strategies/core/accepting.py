@@ -2,10 +2,9 @@
 
 Part of :class:`~ripple_flwr.app.server.strategies.core.base.AppStrategy` (a mixin
 it is built from; it reads the strategy's settings, roster and the messages
-of the round). Validation, the counts held to the query round's sizes, a
-method's own check, the update bound (its norm and its radial step against
-the honest median, :mod:`ripple_flwr.aggregation.robust`) and the failures
-of each client.
+of the round). Validation, the counts held to the query round's sizes, then the
+registered reply defences in order (:mod:`~ripple_flwr.app.server.strategies.core.defences`:
+the method's own check, the update bound, any added), and the failures of each client.
 """
 
 from __future__ import annotations
@@ -16,14 +15,9 @@ from collections.abc import Iterable
 import numpy as np
 from flwr.app import Message
 
-from ripple_flwr.aggregation.robust import (
-    out_of_bound,
-    out_of_rescale,
-    state_norm,
-    update_stats,
-)
 from ripple_flwr.app.protocol.records import record_to_state
 from ripple_flwr.app.server.strategies.core.accounting import Dropped
+from ripple_flwr.app.server.strategies.core.defences import apply_defences
 from ripple_flwr.app.server.strategies.core.replies import (
     Accepted,
     check_train_replies,
@@ -31,9 +25,6 @@ from ripple_flwr.app.server.strategies.core.replies import (
 from ripple_flwr.runs.results import message_nbytes
 
 log = logging.getLogger("flwr.ripple")
-
-# Rounds of accepted update norms and radial steps the update bound remembers.
-HISTORY_ROUNDS = 5
 
 
 class ReplyAcceptance:
@@ -64,14 +55,8 @@ class ReplyAcceptance:
         )
         for a in accepted:
             self._hold_to_known_count(server_round, a)
-        kept = []
-        for a in accepted:
-            reason = self.check_reply(a)
-            if reason is None:
-                kept.append(a)
-                continue
-            dropped.append(self._drop(server_round, a, reason))
-        accepted, out = self._bound_updates(server_round, kept)
+        accepted, refused = apply_defences(self, server_round, accepted)
+        out = [self._drop(server_round, a, reason) for a, reason in refused]
         dropped = sorted(dropped + out, key=lambda d: d.partition)
         self._round.dropped = dropped
         self._count_failures(server_round, accepted, dropped)
@@ -94,50 +79,7 @@ class ReplyAcceptance:
         a.num_examples = known
         a.message.content.metric_records["metrics"]["num-examples"] = known  # what Flower reads
 
-    def _bound_updates(
-        self, server_round: int, accepted: list[Accepted]
-    ) -> tuple[list[Accepted], list[Dropped]]:
-        """Drop (and name) replies whose update is out of proportion with the round's.
-
-        Two yardsticks (:mod:`ripple_flwr.aggregation.robust`): the update's norm
-        and its radial step, each against the low median of this round's and of
-        the last :data:`HISTORY_ROUNDS` rounds' accepted replies.
-        """
-        s = self.settings
-        if not accepted or (s.update_norm_factor <= 0 and s.max_update_norm <= 0):
-            return accepted, []
-        origins = self._origins(accepted)
-        model_norm: dict[int, float] = {}  # one norm per distinct model sent
-        for o in origins:
-            if id(o) not in model_norm:
-                model_norm[id(o)] = state_norm(o)
-        stats = [update_stats(o, a.state) for o, a in zip(origins, accepted, strict=True)]
-        norms = [n for n, _ in stats]
-        squares = [max(model_norm[id(o)], 1e-12) ** 2 for o in origins]
-        radials = [dot / sq for (_, dot), sq in zip(stats, squares, strict=True)]
-        by_norm = out_of_bound(
-            norms,
-            self._accepted_norms,
-            s.update_norm_factor,
-            s.max_update_norm,
-            model_norms=[model_norm[id(o)] for o in origins],
-        )
-        by_rescale = out_of_rescale(radials, self._accepted_radials, s.update_norm_factor)
-        kept, out = [], []
-        for a, norm, radial, r1, r2 in zip(
-            accepted, norms, radials, by_norm, by_rescale, strict=True
-        ):
-            reason = r1 or r2
-            if reason is None:
-                kept.append((a, norm, radial))
-                continue
-            out.append(self._drop(server_round, a, reason))
-        keep = HISTORY_ROUNDS * max(s.clients_per_round, 1)
-        self._accepted_norms = (self._accepted_norms + [n for _, n, _ in kept])[-keep:]
-        self._accepted_radials = (self._accepted_radials + [r for _, _, r in kept])[-keep:]
-        return [a for a, _, _ in kept], out
-
-    def _origins(self, accepted: list[Accepted]) -> list[dict[str, np.ndarray]]:
+    def update_origins(self, accepted: list[Accepted]) -> list[dict[str, np.ndarray]]:
         """The model each reply's update is measured from, each record decoded once."""
         sent: dict[int, dict[str, np.ndarray]] = {}
         decoded: dict[int, dict[str, np.ndarray]] = {}  # one decode per shared record
