@@ -29,6 +29,7 @@ import resource
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -72,15 +73,8 @@ def _setting(group, key: str, *short: str, help_extra: str = "", **over) -> None
     group.add_argument(*flags, **{**kwargs, **over})
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Every option, its default and help; ranges are in :mod:`.pretrain_bounds`."""
-    d, b, t, w = PretrainSettings(), BankSettings(), TrainSettings(), LossWeights()
-    p = OneLineParser(
-        prog="pretrain_vae.py",
-        description=__doc__,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    g = p.add_argument_group("data")
+def _data_options(g: argparse._ArgumentGroup) -> None:
+    """The data options."""
     _setting(g, "dataset", choices=available_datasets())
     _setting(g, "data-root", default=None)
     _setting(g, "label-kind")
@@ -92,7 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     _setting(g, "channels")
     _setting(g, "image-column")
     _setting(g, "label-column")
-    g = p.add_argument_group("embedding")
+
+
+def _embedding_options(g: argparse._ArgumentGroup) -> None:
+    """The embedding options."""
     _setting(g, "embed-size")
     _setting(g, "num-components", "-K")
     _setting(g, "J")
@@ -106,7 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="choose M per client by explained variance (0.90-0.99; 0 = off, use -M)",
     )
-    g = p.add_argument_group("synthetic clients")
+
+
+def _synthetic_clients_options(g: argparse._ArgumentGroup, d: Any, b: Any) -> None:
+    """The synthetic clients options."""
     g.add_argument("--n-syn", type=int, default=b.client_size, help="images per synthetic client")
     g.add_argument(
         "--bank-size",
@@ -134,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="bank cache folder (default $RIPPLE_CACHE_DIR or ~/.cache/ripple-flwr/"
         "banks; '' disables)",
     )
-    g = p.add_argument_group("training")
+
+
+def _training_options(g: argparse._ArgumentGroup, d: Any, t: Any, w: Any) -> None:
+    """The training options."""
     g.add_argument("--steps", type=int, default=t.steps, help="optimiser steps (max)")
     g.add_argument("--batch-size", type=int, default=t.batch_size, help="batch size")
     g.add_argument("--lr", type=float, default=t.lr, help="AdamW learning rate")
@@ -176,7 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="zero cluster weights below this and renormalise",
     )
     g.add_argument("--latent-dim", type=int, default=d.latent_dim, help="d_z")
-    g = p.add_argument_group("run")
+
+
+def _run_options(g: argparse._ArgumentGroup, d: Any, b: Any) -> None:
+    """The run options."""
     g.add_argument(
         "--real-clients",
         type=int,
@@ -191,6 +197,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--report", default=None, help="JSON report path (default: checkpoint path with .json)"
     )
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every option, its default and help; ranges are in :mod:`.pretrain_bounds`."""
+    d, b, t, w = PretrainSettings(), BankSettings(), TrainSettings(), LossWeights()
+    p = OneLineParser(
+        prog="pretrain_vae.py",
+        description=__doc__,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    _data_options(p.add_argument_group("data"))
+    _embedding_options(p.add_argument_group("embedding"))
+    _synthetic_clients_options(p.add_argument_group("synthetic clients"), d, b)
+    _training_options(p.add_argument_group("training"), d, t, w)
+    _run_options(p.add_argument_group("run"), d, b)
     return p
 
 
