@@ -203,14 +203,36 @@ def query_round(
         for nid in node_ids
     ]
     replies = send_and_receive(grid, messages, timeout)
+    rejected: dict[int, str] = {}
+    claims, pending, answered = _read_replies(
+        messages, replies, (kind, dim, num_partitions, local), taken, bound, rejected
+    )
+    rows = _settle_claims(claims, rejected)
+    if local is not None:
+        assign_local(rows, pending, local, num_partitions, taken, rejected)
+    for nid in node_ids:
+        if int(nid) not in answered:
+            rejected[int(nid)] = f"no reply to the query round within {timeout:g} s"
+    for nid, reason in sorted(rejected.items()):
+        log.warning("node %d left out of training: %s", nid, reason)
+    return _result(rows, kind, rejected, "benchmark" if local is None else "local")
+
+
+def _read_replies(
+    messages: list[Message],
+    replies: Iterable[Message],
+    expected: tuple[str, int | None, int, LocalData | None],
+    taken: set[int],
+    bound: dict[int, int] | None,
+    rejected: dict[int, str],
+) -> tuple[dict[int, list[tuple]], list[tuple], set[int]]:
+    """Each reply read and checked once: the partition claims, local claims, who answered."""
+    kind, dim, num_partitions, local = expected
     # Match each reply to the message it answers (ids are set when pushed), not to its sender.
     asked = {str(m.metadata.message_id): int(m.metadata.dst_node_id) for m in messages}
-    rejected: dict[int, str] = {}
-    rows: dict[int, tuple] = {}
     claims: dict[int, list[tuple]] = {}
-    pending: list[tuple[str, int, bool, tuple]] = []
-    answered = set()
-    source = "benchmark" if local is None else "local"
+    pending: list[tuple] = []
+    answered: set[int] = set()
     for msg in replies:
         nid = asked.get(str(msg.metadata.reply_to_message_id))
         if nid is None or nid in answered:
@@ -236,6 +258,12 @@ def query_round(
             rejected[nid] = f"partition-id {pid} is already held by another node of the run"
         else:
             claims.setdefault(pid, []).append(row)
+    return claims, pending, answered
+
+
+def _settle_claims(claims: dict[int, list[tuple]], rejected: dict[int, str]) -> dict[int, tuple]:
+    """One claimant per partition keeps it; two nodes claiming one partition both lose it."""
+    rows: dict[int, tuple] = {}
     for pid, claimants in claims.items():
         if len(claimants) == 1:
             rows[pid] = claimants[0]
@@ -244,13 +272,13 @@ def query_round(
         nodes = ", ".join(str(r[0]) for r in claimants)
         for r in claimants:
             rejected[r[0]] = f"partition-id {pid} is claimed by several nodes ({nodes})"
-    if local is not None:
-        assign_local(rows, pending, local, num_partitions, taken, rejected)
-    for nid in node_ids:
-        if int(nid) not in answered:
-            rejected[int(nid)] = f"no reply to the query round within {timeout:g} s"
-    for nid, reason in sorted(rejected.items()):
-        log.warning("node %d left out of training: %s", nid, reason)
+    return rows
+
+
+def _result(
+    rows: dict[int, tuple], kind: str, rejected: dict[int, str], source: str
+) -> QueryResult:
+    """The admitted nodes in partition order, with their summaries stacked."""
     order = sorted(rows)
     feats = None
     if kind != "none" and order:
