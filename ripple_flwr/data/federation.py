@@ -160,42 +160,24 @@ def build_federation(
     num_partitions, partition_size = int(num_partitions), int(partition_size)
     new_partitions, num_components, seed = int(new_partitions), int(num_components), int(seed)
     aux_size = int(aux_size)
-    if not alpha > 0:
-        raise ValueError(f"alpha must be > 0, got {alpha}")
-    if new_partitions and not alpha_new > 0:
-        raise ValueError(f"alpha_new must be > 0, got {alpha_new}")
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-    if not num_labels <= aux_size < n:
-        raise ValueError(
-            f"aux_size must be in [{num_labels}, {n}) for {dataset.name!r} "
-            f"(one row per {label_kind} label at least), got {aux_size}"
-        )
-    needed = aux_size + (num_partitions + new_partitions) * partition_size
-    if needed > n:
-        raise ValueError(
-            f"{dataset.name!r} has {n} rows, but aux_size={aux_size} plus "
-            f"{num_partitions} + {new_partitions} clients of {partition_size} rows need {needed}"
-        )
-
+    _check_split(
+        dataset.name,
+        n,
+        num_labels,
+        label_kind,
+        (num_partitions, new_partitions, partition_size, aux_size),
+        (alpha, alpha_new, test_fraction),
+    )
     aux, pool = server_aux_split(cluster, aux_size, seed)
     sizes = spread_sizes(num_partitions, partition_size, size_spread, seed)
-    clients = [
-        pool[p]
-        for p in dirichlet_partition(
-            cluster[pool], num_partitions, partition_size, alpha, seed, sizes=sizes
-        )
-    ]
-    if new_partitions:
-        taken = np.concatenate(clients)
-        rest = np.setdiff1d(pool, taken, assume_unique=True)
-        new_seed = seed + NEW_PARTITION_SEED_OFFSET
-        clients += [
-            rest[p]
-            for p in dirichlet_partition(
-                cluster[rest], new_partitions, partition_size, alpha_new, new_seed
-            )
-        ]
+    clients = _dirichlet_clients(
+        cluster,
+        pool,
+        (num_partitions, new_partitions, partition_size),
+        (alpha, alpha_new),
+        sizes,
+        seed,
+    )
     splits = [
         train_test_split_indices(rows, test_fraction, derived_seed(seed, _SPLIT_KEY, pid))
         for pid, rows in enumerate(clients)
@@ -225,6 +207,66 @@ def build_federation(
         num_train_partitions=int(num_partitions),
         settings=settings,
     )
+
+
+def _check_split(
+    name: str,
+    n: int,
+    num_labels: int,
+    label_kind: str,
+    counts: tuple[int, int, int, int],
+    rates: tuple[float, float, float],
+) -> None:
+    """Refuse a Dirichlet split the dataset cannot hold, naming the number that is wrong."""
+    num_partitions, new_partitions, partition_size, aux_size = counts
+    alpha, alpha_new, test_fraction = rates
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    if new_partitions and not alpha_new > 0:
+        raise ValueError(f"alpha_new must be > 0, got {alpha_new}")
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    if not num_labels <= aux_size < n:
+        raise ValueError(
+            f"aux_size must be in [{num_labels}, {n}) for {name!r} "
+            f"(one row per {label_kind} label at least), got {aux_size}"
+        )
+    needed = aux_size + (num_partitions + new_partitions) * partition_size
+    if needed > n:
+        raise ValueError(
+            f"{name!r} has {n} rows, but aux_size={aux_size} plus "
+            f"{num_partitions} + {new_partitions} clients of {partition_size} rows need {needed}"
+        )
+
+
+def _dirichlet_clients(
+    cluster: np.ndarray,
+    pool: np.ndarray,
+    counts: tuple[int, int, int],
+    alphas: tuple[float, float],
+    sizes: Any,
+    seed: int,
+) -> list[np.ndarray]:
+    """The training clients' rows from ``pool``, then the new clients' from what is left."""
+    num_partitions, new_partitions, partition_size = counts
+    alpha, alpha_new = alphas
+    clients = [
+        pool[p]
+        for p in dirichlet_partition(
+            cluster[pool], num_partitions, partition_size, alpha, seed, sizes=sizes
+        )
+    ]
+    if new_partitions:
+        taken = np.concatenate(clients)
+        rest = np.setdiff1d(pool, taken, assume_unique=True)
+        new_seed = seed + NEW_PARTITION_SEED_OFFSET
+        clients += [
+            rest[p]
+            for p in dirichlet_partition(
+                cluster[rest], new_partitions, partition_size, alpha_new, new_seed
+            )
+        ]
+    return clients
 
 
 def natural_aux(
