@@ -28,8 +28,8 @@ def heterogeneity_map() -> str:
     done = (
         f"all {total} runs done"
         if not missing
-        else f"**{total - missing} of {total} runs done**: a cell whose runs are missing has "
-        "no margin yet"
+        else f"**{total - missing} of {total} runs done**: a cell with seeds missing shows the "
+        "seeds it has"
     )
     lines = [
         f"Fashion-MNIST, {d['base']['num-partitions']} clients, {d['rounds']} rounds, "
@@ -50,7 +50,8 @@ def heterogeneity_map() -> str:
                 parts.append("n/a")
                 continue
             sign = "+" if m["mean"] >= 0 else ""
-            parts.append(f"{sign}{ev.cell(m)} vs {ev.label(m['best_other'])}")
+            short = f" (seed {', '.join(m['per_seed'])} only)" if m["n"] < len(d["seeds"]) else ""
+            parts.append(f"{sign}{ev.cell(m)} vs {ev.label(m['best_other'])}{short}")
         lines.append(f"| {cell} | " + " | ".join(parts) + " |")
     return "\n".join(lines)
 
