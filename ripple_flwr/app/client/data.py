@@ -141,23 +141,23 @@ def local_data(
     key = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:24]
     # The name too: the same folder under another name is another node (it reports that name).
     split_key = f"{key}-{seed}-{test_fraction!r}-{node_name(node_config)}"
-    if RUNTIME.local_data.key == split_key:
-        return RUNTIME.local_data.value
-    RUNTIME.local_data.clear()  # one node's data per process at a time (memory)
-    images, labels = _decoded(settings, key, path, classes, shape, image_column, label_column)
-    train, test = split_rows(len(labels), test_fraction, seed, path)
-    data = ClientData(
-        "local",
-        to_unit_float(images[train]),
-        labels[train],
-        to_unit_float(images[test]),
-        labels[test],
-        shape,
-        len(classes),
-        name=node_name(node_config),
-        classes=classes_hash(classes),
-    )
-    return RUNTIME.local_data.get(split_key, lambda: data)
+
+    def build() -> ClientData:  # the slot drops the previous node's data first (memory)
+        images, labels = _decoded(settings, key, path, classes, shape, image_column, label_column)
+        train, test = split_rows(len(labels), test_fraction, seed, path)
+        return ClientData(
+            "local",
+            to_unit_float(images[train]),
+            labels[train],
+            to_unit_float(images[test]),
+            labels[test],
+            shape,
+            len(classes),
+            name=node_name(node_config),
+            classes=classes_hash(classes),
+        )
+
+    return RUNTIME.local_data.get(split_key, build)
 
 
 def _decoded(
