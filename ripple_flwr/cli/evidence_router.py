@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ripple_flwr.cli import evidence as ev
-from ripple_flwr.cli.evidence_table1 import TABLE1
+from ripple_flwr.cli.evidence_table1 import TABLE1, router_budget
 
 PAPER_ROWS = "table1_paper_router_3seeds.json"
 PAPER_REPORT = "pretrain_paper_router_fashion.json"
@@ -47,11 +47,6 @@ def _routing(report: dict[str, Any]) -> str:
     )
 
 
-def _small_router() -> str:
-    found = ev.router_settings("table1-fashion-mnist")
-    return " or ".join(f"a bank of {b:,} synthetic clients, {n:,} steps" for b, n in sorted(found))
-
-
 def router_comparison() -> str:
     """The two routers' Table 1 rows side by side, and what the numbers say."""
     if not (ev.RESULTS / PAPER_ROWS).is_file():
@@ -62,7 +57,8 @@ def router_comparison() -> str:
         f"{paper['rounds']} rounds, {ev.seeds_text(paper['seeds'])}; "
         f"{ev.interval(paper['seeds'])}). The paper's router: {_pretraining(report)}; "
         f"{_routing(report)}. The default router: each run pre-trains its own from the run's "
-        f"settings and seed ({_small_router()}, as its kept summaries record).",
+        f"settings and seed ({router_budget('table1-fashion-mnist')}, as its kept summaries "
+        "record).",
         "",
         "| row | router | final acc. (%) | per seed (42 / 7 / 123) "
         "| ARI hard / all (before round 1) |",

@@ -57,10 +57,15 @@ def where(t: dict[str, Any], folder: str) -> str:
     )
 
 
+def router_budget(folder: str) -> str:
+    """The small router's bank and steps, as the folder's kept Ripple summaries record them."""
+    found = ev.router_settings(folder)
+    return " or ".join(f"{b:,} synthetic clients and {n:,} steps" for b, n in sorted(found))
+
+
 def router(folder: str) -> str:
     """What router the Ripple rows used, from their kept summaries' settings."""
-    found = ev.router_settings(folder)
-    text = " or ".join(f"{b:,} synthetic clients and {n:,} steps" for b, n in sorted(found))
+    text = router_budget(folder)
     return (
         f"Ripple's rows route with the small router each run pre-trains ({text}: "
         "`pretrain-bank-size` and `pretrain-steps` in every kept summary that records its "
