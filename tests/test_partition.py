@@ -345,6 +345,33 @@ def test_build_federation_domain_clusters() -> None:
     )
 
 
+def test_build_federation_joint_clusters_skew_class_and_domain_together() -> None:
+    base = toy_dataset(with_domains=True)
+    domains = np.random.default_rng(3).permutation(len(base.labels)) % 4  # every pair occurs
+    dataset = ImageDataset("toy", base.images, base.labels, 10, domains=domains, num_domains=4)
+    joint, count = dataset.cluster_labels("joint")
+    assert count == 40
+    np.testing.assert_array_equal(joint // 10, domains)
+    np.testing.assert_array_equal(joint % 10, dataset.labels)  # folding by C gives the class
+    fed = build(dataset, label_kind="joint", num_components=40, alpha=0.05, new_partitions=0)
+    for pid in range(fed.num_partitions):
+        rows = fed.client_indices(pid)
+        np.testing.assert_allclose(fed.mixtures[pid], mixture_of(joint[rows], 40))
+
+    # At a small alpha a client is skewed in both: few classes and few rotations each.
+    def dominant(labels: np.ndarray, k: int) -> float:
+        return float(
+            np.mean(
+                [
+                    mixture_of(labels[fed.client_indices(p)], k).max()
+                    for p in range(fed.num_partitions)
+                ]
+            )
+        )
+
+    assert dominant(dataset.labels, 10) > 0.5 and dominant(domains, 4) > 0.5
+
+
 def test_build_federation_errors() -> None:
     dataset = toy_dataset()
     with pytest.raises(ValueError, match=r"has 3000 rows.*need 3100"):
@@ -359,6 +386,8 @@ def test_build_federation_errors() -> None:
         build(dataset, test_fraction=0.0)
     with pytest.raises(ValueError, match="no domain label"):
         build(dataset, label_kind="domain")
+    with pytest.raises(ValueError, match="no domain label"):
+        build(dataset, label_kind="joint")
     with pytest.raises(ValueError, match="unknown label kind"):
         build(dataset, label_kind="style")
 

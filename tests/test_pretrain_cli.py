@@ -11,7 +11,7 @@ import torch
 
 from ripple_flwr.cli import pretrain as pretrain_vae
 from ripple_flwr.cli import pretrain_bounds as bounds
-from ripple_flwr.settings import RunSettings
+from ripple_flwr.settings import LABEL_KINDS, RunSettings
 
 
 @pytest.fixture
@@ -137,7 +137,7 @@ def test_options_shared_with_a_run_are_its_declarations():
         assert action.help == opt.doc and action.type is opt.type
         if key != "data-root":  # None here means the loader's default, "" in a run
             assert defaults[opt.name] == opt.default, key
-    assert parser_actions["label-kind"].choices == ["class", "domain"]
+    assert parser_actions["label-kind"].choices == list(LABEL_KINDS)
 
 
 # -- every numeric option has a finite range, checked before any work --------------------

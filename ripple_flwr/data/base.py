@@ -69,14 +69,29 @@ class ImageDataset:
         return tuple(int(s) for s in self.images.shape[1:])  # type: ignore[return-value]
 
     def cluster_labels(self, label_kind: str = "class") -> tuple[np.ndarray, int]:
-        """Labels the clusters follow: ``"class"`` or ``"domain"``, with their count."""
+        """Labels the clusters follow, with their count.
+
+        Parameters
+        ----------
+        label_kind
+            ``"class"``: the class labels. ``"domain"``: the domain label (the
+            rotation of ``rotated-*``). ``"joint"``: the (domain, class) pair,
+            ``domain * num_classes + class``, so a client can be skewed in its
+            classes and its domains together (``num_domains * num_classes``
+            labels; folding by ``num_classes`` gives the class back).
+        """
         if label_kind == "class":
             return self.labels, self.num_classes
+        if label_kind not in ("domain", "joint"):
+            raise ValueError(
+                f"unknown label kind {label_kind!r}; choose 'class', 'domain' or 'joint'"
+            )
+        if self.domains is None:
+            raise ValueError(
+                f"dataset {self.name!r} has no domain label; use label-kind='class' "
+                "or wrap it as 'rotated-<name>'"
+            )
         if label_kind == "domain":
-            if self.domains is None:
-                raise ValueError(
-                    f"dataset {self.name!r} has no domain label; use label-kind='class' "
-                    "or wrap it as 'rotated-<name>'"
-                )
             return self.domains, self.num_domains
-        raise ValueError(f"unknown label kind {label_kind!r}; choose 'class' or 'domain'")
+        joint = np.asarray(self.domains, dtype=np.int64) * self.num_classes + self.labels
+        return joint, self.num_domains * self.num_classes

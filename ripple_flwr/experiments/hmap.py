@@ -56,6 +56,14 @@ CELLS: dict[str, dict[str, Any]] = {
         "label-kind": "domain",
         "num-components": 4,
     },
+    # Both at once: clients Dir(0.1) over the 40 (rotation, class) pairs, so a client
+    # holds few classes in few rotations; the clusters follow the pair, K = 40.
+    "label-and-rotation": {
+        "dataset": "rotated-fashion-mnist",
+        "alpha": 0.1,
+        "label-kind": "joint",
+        "num-components": 40,
+    },
 }
 BASE = {
     "dataset": "fashion-mnist",

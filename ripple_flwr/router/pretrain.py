@@ -40,7 +40,7 @@ from ripple_flwr.router.routers import MeanUnmixingRouter, UniformRouter, routin
 from ripple_flwr.router.run_embedding import run_embed_size
 from ripple_flwr.router.synthetic import BankSettings, SyntheticBank, cached_bank
 from ripple_flwr.router.vae import GMMVAE, GMMVAEConfig, LossWeights, gmm_vae_loss, prune_weights
-from ripple_flwr.settings import RunSettings
+from ripple_flwr.settings import LABEL_KINDS, RunSettings
 from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder
 
 log = logging.getLogger(__name__)
@@ -146,8 +146,8 @@ class PretrainSettings:
     def __post_init__(self) -> None:
         if self.num_components < 2:
             raise ValueError(f"K (num-components) must be >= 2, got {self.num_components}")
-        if self.label_kind not in ("class", "domain"):
-            raise ValueError(f"label-kind must be 'class' or 'domain', got {self.label_kind!r}")
+        if self.label_kind not in LABEL_KINDS:
+            raise ValueError(f"label-kind must be one of {LABEL_KINDS}, got {self.label_kind!r}")
 
 
 def pretrain_settings_for(settings: RunSettings) -> PretrainSettings:

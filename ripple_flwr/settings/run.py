@@ -14,7 +14,7 @@ from ripple_flwr.settings.options import ConfigError, Option, option
 
 Sampling = Literal["stratified", "uniform"]
 Router = Literal["gmm-vae", "mean-unmixing"]
-LabelKind = Literal["class", "domain"]
+LabelKind = Literal["class", "domain", "joint"]
 Refine = Literal["none", "hdb"]
 ClientData = Literal["benchmark", "local"]
 ScoreWeighting = Literal["clients", "examples"]
@@ -74,7 +74,9 @@ class RunSettings:
     image_column: str = option("image", "image column of a Hugging Face dataset")
     label_column: str = option("label", "label column of a Hugging Face dataset")
     label_kind: LabelKind = option(
-        "class", "clusters follow the class, or the domain (rotated-* datasets)"
+        "class",
+        "clusters follow the class, the domain (rotated-* datasets), or both (joint: "
+        "domain x class labels)",
     )
     num_partitions: int = option(
         0,
