@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 from runs import write_json_line  # noqa: E402
 
-import ripple_flwr.app.server.strategies.core.accepting as accepting  # noqa: E402
+import ripple_flwr.app.server.strategies.core.replies.acceptance as accepting  # noqa: E402
 from ripple_flwr.aggregation.robust import state_norm  # noqa: E402
 from ripple_flwr.app.run_config import parse_run_config  # noqa: E402
 from ripple_flwr.app.server.run import (  # noqa: E402
@@ -106,7 +106,7 @@ def embedding_run(dataset: str, alpha: float, clients: int) -> dict:
     settings = parse_run_config(cfg)
     data = RunData.of_federation(settings, cached_federation(settings))
     ckpt, _ = resolve_checkpoint(settings, data.image_shape, data.classes_hash)
-    router = ckpt.router(settings.router)
+    router = ckpt.router(settings.embedding.router)
     state = initial_state(settings, data.image_shape, data.num_classes)
     strategy = build_strategy(settings, state, data, router)
     strategy.prepare(InProcessGrid(cfg, keep_traffic=False))

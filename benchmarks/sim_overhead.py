@@ -72,7 +72,7 @@ def _worker_init(cfg: dict, threads: int) -> None:
     torch.set_num_threads(threads)
     settings = parse_run_config(cfg)
     data = [benchmark_data(settings, pid) for pid in range(int(cfg["num-partitions"]))]
-    model = build_model(settings.model, data[0].image_shape, data[0].num_classes)
+    model = build_model(settings.training.model, data[0].image_shape, data[0].num_classes)
     _WORKER.update(settings=settings, data=data, rule=client_rule(settings), model=model)
 
 
@@ -85,9 +85,9 @@ def _worker_train(pid: int, r: int, state: dict) -> tuple[dict, int]:
         model,
         data.x_train,
         data.y_train,
-        RoundInputs(lr=settings.lr, momentum=settings.momentum),
-        epochs=settings.local_epochs,
-        batch_size=settings.batch_size,
+        RoundInputs(lr=settings.training.lr, momentum=settings.training.momentum),
+        epochs=settings.training.local_epochs,
+        batch_size=settings.training.batch_size,
         seed=r * 100_003 + int(pid),
     )
     return get_state(model), int(stats["num_examples"])

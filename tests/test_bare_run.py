@@ -10,7 +10,7 @@ import pytest
 from conftest import FakeGrid, tiny_run_config
 
 from ripple_flwr.app.server.run import run_server
-from ripple_flwr.app.server.strategies.core.admission import (
+from ripple_flwr.app.server.strategies.core.roster.admission import (
     NotEnoughClientsError,
     wait_for_settled_nodes,
 )
@@ -88,10 +88,14 @@ def test_the_node_count_must_settle_before_it_is_taken():
 
 
 def test_settings_with_nodes():
-    s = RunSettings(num_partitions=0, new_clients=1, clients_per_round=10)
-    assert s.partitions_from_nodes and s.total_partitions == 1
+    s = RunSettings.of(num_partitions=0, new_clients=1, clients_per_round=10)
+    assert s.data.partitions_from_nodes and s.data.total_partitions == 1
     r = s.with_nodes(4)
-    assert (r.num_partitions, r.clients_per_round, r.total_partitions) == (3, 3, 4)
+    assert (r.data.num_partitions, r.training.clients_per_round, r.data.total_partitions) == (
+        3,
+        3,
+        4,
+    )
     assert r.with_nodes(9) is r  # an explicit count is kept
     with pytest.raises(ConfigError, match="leave no training client"):
         s.with_nodes(1)

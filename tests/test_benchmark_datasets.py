@@ -293,9 +293,9 @@ def test_cached_dataset_passes_the_image_size(office_parquet):
     from ripple_flwr.data.cache import cached_dataset
     from ripple_flwr.settings import RunSettings
 
-    settings = RunSettings(dataset="office-home", data_root=str(office_parquet), image_size=20)
+    settings = RunSettings.of(dataset="office-home", data_root=str(office_parquet), image_size=20)
     assert cached_dataset(settings).image_shape == (3, 20, 20)
-    settings = RunSettings(dataset="office-home", data_root=str(office_parquet))
+    settings = RunSettings.of(dataset="office-home", data_root=str(office_parquet))
     assert cached_dataset(settings).image_shape == (3, 224, 224)
 
 

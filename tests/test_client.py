@@ -72,7 +72,7 @@ def test_query_mean_and_none(cache_dir):
 
 
 def test_partition_checks():
-    s = RunSettings(num_partitions=6, clients_per_round=3)
+    s = RunSettings.of(num_partitions=6, clients_per_round=3)
     assert check_partition(s, {"partition-id": 5, "num-partitions": 6}) == 5
     with pytest.raises(ValueError, match="lacks 'partition-id'"):
         check_partition(s, {})
@@ -81,7 +81,7 @@ def test_partition_checks():
     with pytest.raises(ValueError, match="out of range"):
         check_partition(s, {"partition-id": 6, "num-partitions": 6})
     # Held-out new clients take the ids after the training ones.
-    s = RunSettings(num_partitions=6, new_clients=2, clients_per_round=3)
+    s = RunSettings.of(num_partitions=6, new_clients=2, clients_per_round=3)
     assert check_partition(s, {"partition-id": 7, "num-partitions": 8}) == 7
     with pytest.raises(ValueError, match=r"num-partitions=6 \+ new-clients=2"):
         check_partition(s, {"partition-id": 0, "num-partitions": 6})

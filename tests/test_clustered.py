@@ -20,7 +20,7 @@ from ripple_flwr.app.client.candidates import lowest_loss
 from ripple_flwr.app.protocol.candidates import payload_records, split_candidates
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.server.strategies.core.zero_shot import onboard_new_clients
+from ripple_flwr.app.server.strategies.core.evaluation.zero_shot import onboard_new_clients
 from ripple_flwr.methods.registry import MethodInputs, get_method
 from ripple_flwr.runs.results import arrayrecord_nbytes
 from ripple_flwr.settings import ConfigError
@@ -214,7 +214,7 @@ def run_method(method: str, rounds: int = 1, app=None, models=None, **over):
     inputs = MethodInputs(settings, models[0], fresh_state=lambda i: models[i])
     strategy = get_method(method).make(inputs)
     app = app or Clients()
-    grid = FakeGrid(cfg, num_nodes=4 + settings.new_clients, app=app)
+    grid = FakeGrid(cfg, num_nodes=4 + settings.data.new_clients, app=app)
     strategy.start(grid, state_to_record(models[0]), num_rounds=rounds)
     return strategy, grid, app
 

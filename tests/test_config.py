@@ -18,7 +18,7 @@ def test_pyproject_defaults_match_dataclass():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     settings = parse_run_config(config)
     defaults = {o.key: o.default for o in all_options()}
-    assert settings == RunSettings(options=defaults)
+    assert settings == RunSettings.of(options=defaults)
     assert settings.to_dict() == config  # every field and option is a knob, at its default
 
 
@@ -26,13 +26,13 @@ def test_parse_types_and_derived_values():
     s = parse_run_config(
         {"num-partitions": 12, "alpha": 1, "explained-variance": 0.95, "router": "mean-unmixing"}
     )
-    assert s.num_partitions == 12 and isinstance(s.alpha, float)
-    assert s.explained_variance_or_none == 0.95
+    assert s.data.num_partitions == 12 and isinstance(s.data.alpha, float)
+    assert s.embedding.explained_variance_or_none == 0.95
     assert summary_kind(s) == "mean"
-    assert summary_kind(RunSettings(method="oracle")) == "none"
+    assert summary_kind(RunSettings.of(method="oracle")) == "none"
     assert summary_kind(RunSettings()) == "embedding"
     ps = pretrain_settings_for(s)
-    assert ps.explained_variance == 0.95 and ps.bank.client_size == s.partition_size
+    assert ps.explained_variance == 0.95 and ps.bank.client_size == s.data.partition_size
     assert settings_from_context({"seed": 3}) is settings_from_context({"seed": 3})
 
 
@@ -69,14 +69,14 @@ def test_checkpoint_settings_mismatch_is_a_config_error(tiny_checkpoint, tmp_pat
     from ripple_flwr.app.server.run import resolve_checkpoint
 
     # The tiny checkpoint has K=4; a run with K=5 must be refused before any round.
-    settings = RunSettings(
+    settings = RunSettings.of(
         num_components=5, checkpoint=str(tiny_checkpoint), aux_size=300, cache_dir=str(tmp_path)
     )
     with pytest.raises(ConfigError, match="num_components: checkpoint has 4, run has 5"):
         resolve_checkpoint(settings, (1, 28, 28))
     with pytest.raises(ConfigError, match="J: checkpoint has 3, run has 2"):
         resolve_checkpoint(
-            RunSettings(num_components=4, J=2, checkpoint=str(tiny_checkpoint)), (1, 28, 28)
+            RunSettings.of(num_components=4, J=2, checkpoint=str(tiny_checkpoint)), (1, 28, 28)
         )
 
 
@@ -99,7 +99,7 @@ def test_quantity_skew_is_a_key_and_refused_beside_embedding_dp():
     from ripple_flwr.app.run_config import parse_run_config
     from ripple_flwr.settings import ConfigError
 
-    assert parse_run_config({"partition-size-spread": 10}).partition_size_spread == 10.0
+    assert parse_run_config({"partition-size-spread": 10}).data.partition_size_spread == 10.0
     with pytest.raises(ConfigError, match=r"partition-size-spread = 1 with embedding DP"):
         parse_run_config({"partition-size-spread": 10, "embedding-dp-epsilon": 1.0})
     with pytest.raises(ConfigError, match="partition-size-spread"):

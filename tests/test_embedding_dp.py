@@ -111,7 +111,7 @@ def test_the_client_sends_the_noisy_release_only(tiny_checkpoint, cache_dir):
     )
     np.testing.assert_array_equal(mech.basis, again.basis)
     assert mech.clip == again.clip and mech.clip > 0
-    assert mech.basis.shape == (emb.output_dim, settings.num_components - 1)
+    assert mech.basis.shape == (emb.output_dim, settings.embedding.num_components - 1)
 
     node = {"partition-id": 2, "num-partitions": 6, NOISE_SEED_KEY: 11}
     ctx = Context(run_id=1, node_id=5, node_config=node, state=RecordDict(), run_config=cfg)

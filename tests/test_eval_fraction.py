@@ -9,8 +9,8 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.server.strategies.core.evaluation_rounds import eval_sample
-from ripple_flwr.app.server.strategies.local_only import LocalOnly
+from ripple_flwr.app.server.strategies.core.evaluation.rounds import eval_sample
+from ripple_flwr.app.server.strategies.local_only import LocalOnlyStrategy
 from ripple_flwr.app.server.strategies.ripple import RippleStrategy
 from ripple_flwr.settings import ConfigError
 
@@ -51,7 +51,7 @@ def run(method: str = "oracle", rounds: int = 4, **over):
     settings = parse_run_config(cfg)
     grid = FakeGrid(cfg, app=toy_app)
     if method == "local":
-        strategy = LocalOnly(settings, STATE)
+        strategy = LocalOnlyStrategy(settings, STATE)
     else:
         w = np.random.default_rng(0).dirichlet([1.0, 1.0], size=N)
         strategy = RippleStrategy(settings, STATE, weights=w, truth=w)
@@ -84,8 +84,11 @@ def test_eval_sample_is_a_seeded_subset_of_the_right_size() -> None:
 
 
 def test_eval_fraction_is_a_checked_run_config_key() -> None:
-    assert parse_run_config({"method": "fedavg"}).eval_fraction == 1.0
-    assert parse_run_config({"method": "fedavg", "eval-fraction": 0.25}).eval_fraction == 0.25
+    assert parse_run_config({"method": "fedavg"}).evaluation.eval_fraction == 1.0
+    assert (
+        parse_run_config({"method": "fedavg", "eval-fraction": 0.25}).evaluation.eval_fraction
+        == 0.25
+    )
     for bad in (0, 0.0, 1.5, -0.1):
         with pytest.raises(ConfigError, match="eval-fraction must be"):
             parse_run_config({"method": "fedavg", "eval-fraction": bad})

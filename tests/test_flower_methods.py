@@ -20,7 +20,7 @@ from ripple_flwr.aggregation.mixing import uniform_sample
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.server.strategies.core.flower import FlowerModel, fedopt_kwargs
-from ripple_flwr.app.server.strategies.core.grid import SampledGrid
+from ripple_flwr.app.server.strategies.core.rounds.grid import SampledGrid
 from ripple_flwr.methods.registry import MethodInputs, get_method
 
 STATE = {

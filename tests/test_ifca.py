@@ -11,7 +11,7 @@ from ripple_flwr.aggregation.clustering import redraw_until_balanced
 from ripple_flwr.app.protocol.candidates import split_candidates
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.server.strategies.ifca import IFCA
+from ripple_flwr.app.server.strategies.ifca import IFCAStrategy
 from ripple_flwr.runs.results import arrayrecord_nbytes
 
 
@@ -97,7 +97,7 @@ def test_a_collapsed_first_draw_is_drawn_again_with_the_real_clients(cache_dir):
     def draw(d):  # draw 0's model 1 is rigged to lose every client
         return [fresh(0), _blown_up(fresh(1))] if d == 0 else [fresh(2 * d), fresh(2 * d + 1)]
 
-    strategy = IFCA(settings, draw(0), draw=draw)
+    strategy = IFCAStrategy(settings, draw(0), draw=draw)
     grid = FakeGrid(cfg, keep_traffic=True)
     strategy.start(grid, state_to_record(fresh(0)), num_rounds=1)
     draws = strategy.init_draws

@@ -142,6 +142,30 @@ def test_the_app_sides_meet_only_in_the_protocol(side):
     assert not crossing, f"{side} imports what it must not: {crossing}"
 
 
+# Inside the strategies: core's concern subpackages sit under the bases a method builds on,
+# and nothing in core imports a method's own module.
+CORE = "ripple_flwr.app.server.strategies.core"
+CORE_CONCERNS = ("rounds", "roster", "replies", "state", "evaluation")
+CORE_BASES = ("base", "flower", "server_models", "global_model", "clustered")
+
+
+def test_core_concerns_sit_under_the_bases_and_core_names_no_method():
+    concerns = [m for m in MODULES if m.split(".")[5:6] and m.split(".")[5] in CORE_CONCERNS]
+    assert {m.split(".")[5] for m in concerns if m.startswith(CORE + ".")} == set(CORE_CONCERNS)
+    bases = {f"{CORE}.{b}" for b in CORE_BASES}
+    assert bases <= set(MODULES)
+    upward = {m: sorted(GRAPH[m] & bases) for m in concerns if GRAPH[m] & bases}
+    assert not upward, f"core's concerns import the bases above them: {upward}"
+    methods = ("ripple_flwr.app.server.strategies.",)
+    named = {
+        m: sorted(t for t in GRAPH[m] if t.startswith(methods) and not t.startswith(CORE))
+        for m in MODULES
+        if m == CORE or m.startswith(CORE + ".")
+    }
+    named = {m: t for m, t in named.items() if t}
+    assert not named, f"core imports a method's module: {named}"
+
+
 def test_the_client_process_imports_no_strategy():
     """Importing ``client_app`` (what every deployed message starts) loads no server module."""
     code = (

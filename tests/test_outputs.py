@@ -18,7 +18,7 @@ def root(tmp_path, monkeypatch):
 
 
 def settings(**over) -> RunSettings:
-    return RunSettings(**over)
+    return RunSettings.of(**over)
 
 
 def test_default_and_relative_paths_stay_inside(root, monkeypatch):
@@ -200,7 +200,7 @@ def test_cache_dir_is_confined_on_server_and_client_alike(machine, tmp_path):
             with pytest.raises(ConfigError, match="cache-dir="):
                 parse_run_config({"cache-dir": inside})
         else:
-            assert parse_run_config({"cache-dir": str(inside)}).cache_dir == str(inside)
+            assert parse_run_config({"cache-dir": str(inside)}).outputs.cache_dir == str(inside)
     run = {"cache-dir": str(outside), "results-path": str(machine["out"] / "r.json")}
     with pytest.raises(ConfigError, match="cache-dir="):
         run_server(grid=None, run_config=run)

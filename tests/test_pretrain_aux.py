@@ -31,10 +31,15 @@ def cli_args(settings: RunSettings, output, cache) -> list[str]:
     """The flags that give pretrain_vae.py the run's settings and in-run budget."""
     ps = pretrain_settings_for(settings)
     return [
-        *("--aux-data", settings.aux_data, "--class-names", settings.class_names),
-        *("--image-size", str(settings.image_size), "--channels", str(settings.channels)),
-        *("--embed-size", str(settings.embed_size), "-K", str(settings.num_components)),
-        *("--aux-size", str(settings.aux_size), "--seed", str(settings.seed)),
+        *("--aux-data", settings.data.aux_data, "--class-names", settings.data.class_names),
+        *("--image-size", str(settings.data.image_size), "--channels", str(settings.data.channels)),
+        *(
+            "--embed-size",
+            str(settings.embedding.embed_size),
+            "-K",
+            str(settings.embedding.num_components),
+        ),
+        *("--aux-size", str(settings.data.aux_size), "--seed", str(settings.training.seed)),
         *("--bank-size", str(ps.bank.num_clients), "--n-syn", str(ps.bank.client_size)),
         *("--steps", str(ps.train.steps), "--eval-every", str(ps.train.eval_every)),
         *("--heldout-clients", str(ps.heldout_clients), "--real-clients", str(ps.real_clients)),
@@ -44,7 +49,7 @@ def cli_args(settings: RunSettings, output, cache) -> list[str]:
 
 def test_standalone_and_in_run_pretraining_write_the_same_checkpoint(tmp_path):
     aux = write_silo(DigitPool(3), tmp_path / "server-aux", dict.fromkeys(CLASSES, 10))
-    settings = RunSettings(
+    settings = RunSettings.of(
         **RUN, aux_data=str(aux), class_names=",".join(CLASSES), cache_dir=str(tmp_path / "c")
     )
     classes = classes_hash(CLASSES)
@@ -70,7 +75,7 @@ def test_standalone_and_in_run_pretraining_write_the_same_checkpoint(tmp_path):
     assert json.loads(out.with_suffix(".json").read_text())["checkpoint"] == str(out)
 
     # An own-data run with checkpoint= that file takes it as its router.
-    from_file = RunSettings(**{**RUN, "checkpoint": str(out)}, aux_data=str(aux))
+    from_file = RunSettings.of(**{**RUN, "checkpoint": str(out)}, aux_data=str(aux))
     loaded, info = resolve_checkpoint(from_file, (1, 28, 28), classes)
     assert info == {"checkpoint": str(out.resolve()), "source": "config"}
     assert loaded.settings == ckpt.settings

@@ -8,7 +8,7 @@ from typing import get_args
 import pytest
 
 from ripple_flwr.app.run_config import check_run, summary_kind
-from ripple_flwr.app.server.strategies.fedavg import FedAvgMethod
+from ripple_flwr.app.server.strategies.fedavg import FedAvgStrategy
 from ripple_flwr.methods import registry as methods
 from ripple_flwr.methods.registry import (
     METHODS,
@@ -21,10 +21,10 @@ from ripple_flwr.methods.registry import (
 from ripple_flwr.settings import ConfigError, Option, RunSettings
 from ripple_flwr.training.client_rules import CLIENT_RULES
 
-FEDAVG = "ripple_flwr.app.server.strategies.fedavg:FedAvgMethod"
+FEDAVG = "ripple_flwr.app.server.strategies.fedavg:FedAvgStrategy"
 
 
-class Forgetful(FedAvgMethod):  # keeps whatever it likes, says nothing
+class Forgetful(FedAvgStrategy):  # keeps whatever it likes, says nothing
     pass
 
 
@@ -95,12 +95,12 @@ def test_incomplete_spec_is_refused(scratch_registry, over, message):
 
 def test_registered_method_is_accepted_by_the_config(scratch_registry):
     with pytest.raises(ConfigError, match="method='toy' is not one of ripple, oracle"):
-        check_run(RunSettings(method="toy"))
+        check_run(RunSettings.of(method="toy"))
     register(_spec())
-    check_run(RunSettings(method="toy"))
-    assert summary_kind(RunSettings(method="toy")) == "none"
+    check_run(RunSettings.of(method="toy"))
+    assert summary_kind(RunSettings.of(method="toy")) == "none"
     register(_spec(name="toyrouted", exports="clusters", needs_router=True))
-    assert summary_kind(RunSettings(method="toyrouted")) == "embedding"
+    assert summary_kind(RunSettings.of(method="toyrouted")) == "embedding"
 
 
 def test_a_strategy_that_declares_no_state_or_is_none_is_refused_when_resolved(scratch_registry):
@@ -129,10 +129,10 @@ def test_unknown_method_lists_the_registered_ones():
 def test_hdb_is_allowed_only_for_methods_with_routing_weights():
     for name, spec in METHODS.items():
         if spec.routing_weights:
-            check_run(RunSettings(method=name, refine="hdb"))
+            check_run(RunSettings.of(method=name, refine="hdb"))
         else:
             with pytest.raises(ConfigError, match="Use method='ripple' or 'oracle'"):
-                check_run(RunSettings(method=name, refine="hdb"))
+                check_run(RunSettings.of(method=name, refine="hdb"))
 
 
 def test_specs_are_frozen():

@@ -15,8 +15,8 @@ from test_resume import METHOD_CONFIG
 from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.server.run import build_strategy, initial_state, resolve_checkpoint, run_server
 from ripple_flwr.app.server.run_data import resolve_run_data
-from ripple_flwr.app.server.strategies.core.restore import restored_fields
-from ripple_flwr.app.server.strategies.core.state import to_plain
+from ripple_flwr.app.server.strategies.core.state.plain import to_plain
+from ripple_flwr.app.server.strategies.core.state.restore import restored_fields
 from ripple_flwr.methods.registry import METHODS, get_method
 from ripple_flwr.runs.resume import load_server_state, save_server_state
 from ripple_flwr.settings import ConfigError
@@ -29,7 +29,7 @@ def prepared(cfg: dict):
     router = None
     if get_method(settings.method).needs_router:
         ckpt, _ = resolve_checkpoint(settings, data.image_shape, data.classes_hash)
-        router = ckpt.router(settings.router)
+        router = ckpt.router(settings.embedding.router)
     state = initial_state(settings, data.image_shape, data.num_classes)
     strategy = build_strategy(settings, state, data, router)
     strategy.roster.query_records.update(data.query_records())

@@ -537,7 +537,7 @@ def test_paper_and_reference_defaults():
     assert (s.option("pfedme-lambda"), s.option("pfedme-inner-steps")) == (15.0, 5)
     # The references' values: PFLlib's Per-FedAvg beta = the client lr; the pFedMe optimiser's
     # mu; Acar et al.'s gradient clip for SCAFFOLD and FedDyn.
-    assert s.option("perfedavg-beta") == s.lr
+    assert s.option("perfedavg-beta") == s.training.lr
     assert s.option("pfedme-mu") == 1e-3
     assert s.option("scaffold-grad-clip") == s.option("feddyn-grad-clip") == 10.0
 

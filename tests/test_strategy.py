@@ -14,10 +14,13 @@ from ripple_flwr.aggregation.mixing import mix_models
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.server.run import build_strategy, initial_state, run_server
-from ripple_flwr.app.server.strategies.core.admission import NotEnoughClientsError, wait_for_nodes
 from ripple_flwr.app.server.strategies.core.base import client_train_config
-from ripple_flwr.app.server.strategies.fedavg import FedAvgMethod
-from ripple_flwr.app.server.strategies.local_only import LocalOnly
+from ripple_flwr.app.server.strategies.core.roster.admission import (
+    NotEnoughClientsError,
+    wait_for_nodes,
+)
+from ripple_flwr.app.server.strategies.fedavg import FedAvgStrategy
+from ripple_flwr.app.server.strategies.local_only import LocalOnlyStrategy
 from ripple_flwr.app.server.strategies.ripple import RippleStrategy
 from ripple_flwr.router.checkpoint import load_checkpoint
 from ripple_flwr.settings import RunSettings
@@ -141,7 +144,7 @@ def test_training_messages_carry_the_w_mix(tiny_checkpoint, cache_dir):
         assert list(got) == list(expected)
         for key in expected:
             np.testing.assert_allclose(got[key], expected[key], rtol=1e-6, atol=1e-6)
-        assert msg.content.config_records["config"]["lr"] == settings.lr
+        assert msg.content.config_records["config"]["lr"] == settings.training.lr
         assert msg.content.config_records["config"]["server-round"] == 1
 
 
@@ -149,7 +152,7 @@ def test_stratified_sampling_covers_every_cluster():
     k, n = 4, 12
     weights = np.full((n, k), 0.02)
     weights[np.arange(n), np.arange(n) % k] = 0.94
-    settings = RunSettings(num_partitions=n, clients_per_round=k, num_components=k)
+    settings = RunSettings.of(num_partitions=n, clients_per_round=k, num_components=k)
     strategy = RippleStrategy(settings, TOY_STATE, weights=weights)
     strategy.roster.clients = _fake_clients(n)
     strategy.setup(strategy.clients)
@@ -159,7 +162,7 @@ def test_stratified_sampling_covers_every_cluster():
         assert set(weights[rows].argmax(axis=1)) == set(range(k))
     # Uniform sampling (same seed) is reproducible and differs from stratified in coverage.
     uni = RippleStrategy(
-        RunSettings(num_partitions=n, clients_per_round=k, num_components=k, sampling="uniform"),
+        RunSettings.of(num_partitions=n, clients_per_round=k, num_components=k, sampling="uniform"),
         TOY_STATE,
         weights=weights,
     )
@@ -170,7 +173,7 @@ def test_stratified_sampling_covers_every_cluster():
 
 
 def _fake_clients(n):
-    from ripple_flwr.app.server.strategies.core.admission import QueryResult
+    from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
 
     return QueryResult(list(range(n)), list(range(n)), [10] * n, None)
 
@@ -392,7 +395,7 @@ def test_local_only_trains_each_client_only_when_sampled():
     )
     toy = ToyClients()
     grid = FakeGrid({"num-partitions": 4}, app=toy)
-    strategy = LocalOnly(settings, TOY_STATE)
+    strategy = LocalOnlyStrategy(settings, TOY_STATE)
     strategy.start(grid, state_to_record(TOY_STATE), num_rounds=5)
     counts = np.bincount(toy.trained, minlength=4)
     for pid in range(4):
@@ -406,7 +409,7 @@ def test_fedavg_is_flowers_weighted_average():
         {"method": "fedavg", "num-partitions": 4, "clients-per-round": 4, "num-components": 2}
     )
     grid = FakeGrid({"num-partitions": 4}, app=ToyClients())
-    strategy = FedAvgMethod(settings, TOY_STATE)
+    strategy = FedAvgStrategy(settings, TOY_STATE)
     result = strategy.start(grid, state_to_record(TOY_STATE), num_rounds=1)
     n = np.array([10, 11, 12, 13], dtype=np.float64)
     mean_delta = sum(n[p] * delta_of(p)["w"] for p in range(4)) / n.sum()

@@ -23,7 +23,7 @@ NAME = "ripple-seed7-tracked"
 
 def results_dict() -> dict:
     """A results dict of the real shape (the server's keys, a Ripple run with new clients)."""
-    settings = RunSettings(
+    settings = RunSettings.of(
         method="ripple",
         seed=7,
         num_server_rounds=ROUNDS,
@@ -293,7 +293,7 @@ def test_a_tracker_that_fails_after_the_run_loses_nothing(tmp_path, monkeypatch,
     path = tmp_path / "run.json"
     path.write_text(json.dumps(results_dict()))
     (tmp_path / "tracking").write_text("a file where the folder should be")
-    settings = RunSettings(tracker="tensorboard", num_partitions=6, clients_per_round=3)
+    settings = RunSettings.of(tracker="tensorboard", num_partitions=6, clients_per_round=3)
     with caplog.at_level("WARNING", logger="flwr.ripple"):
         assert tracking.track_finished_run(settings, path) is None
     assert "could not send the run to tensorboard" in caplog.text

@@ -14,8 +14,8 @@ from ripple_flwr.aggregation.mixing import mix_models
 from ripple_flwr.app.protocol.candidates import split_candidates
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.server.strategies.core.zero_shot import onboard_new_clients
-from ripple_flwr.app.server.strategies.fedavg import FedAvgMethod
+from ripple_flwr.app.server.strategies.core.evaluation.zero_shot import onboard_new_clients
+from ripple_flwr.app.server.strategies.fedavg import FedAvgStrategy
 from ripple_flwr.app.server.strategies.ripple import RippleStrategy
 from ripple_flwr.settings import ConfigError
 
@@ -144,7 +144,7 @@ def test_fedavg_onboards_new_clients_with_its_global_model():
     }
     settings = parse_run_config(cfg)
     clients = Clients(total=5)
-    strategy = FedAvgMethod(settings, STATE)
+    strategy = FedAvgStrategy(settings, STATE)
     grid = FakeGrid(cfg, app=clients)
     result = strategy.start(grid, state_to_record(STATE), num_rounds=2)
     onboard_new_clients(strategy, grid)
@@ -276,7 +276,10 @@ def test_rotated_domains_are_found_before_round_one(tmp_path):
     fed = cached_federation(settings)
     ckpt, _ = resolve_checkpoint(settings, fed.dataset.image_shape)
     embedder = SpectralEmbedder(
-        fed.dataset.image_shape, J=3, L=8, prototype=PrototypeSettings(settings.svd_rank, None)
+        fed.dataset.image_shape,
+        J=3,
+        L=8,
+        prototype=PrototypeSettings(settings.embedding.svd_rank, None),
     )
     phis = embedder.embed_many([fed.client_images(p) for p in range(30)])
     w = ckpt.router("gmm-vae").route(phis)

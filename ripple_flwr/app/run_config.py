@@ -51,53 +51,55 @@ def check_run(settings: RunSettings, *, method_rules: bool = True) -> None:
     """
     _choice("method", settings.method, tuple(registry.METHODS))
     spec = registry.get_method(settings.method)
-    if settings.refine == "hdb" and not spec.routing_weights:
+    if settings.embedding.refine == "hdb" and not spec.routing_weights:
         with_w = [m for m, s in registry.METHODS.items() if s.routing_weights]
         raise ConfigError(
             f"refine='hdb' clusters Ripple's routing weights; method={settings.method!r} has "
             f"none. Use method={' or '.join(repr(m) for m in with_w)}, or refine='none'."
         )
     confined_cache_dir(settings)  # on the server and on every client, each by its own machine
-    _choice("dataset", settings.dataset.strip().lower(), available_datasets())
-    _choice("model", settings.model, available_models())
+    _choice("dataset", settings.data.dataset.strip().lower(), available_datasets())
+    _choice("model", settings.training.model, available_models())
     for opt in spec.options:
         opt.check(opt.of(settings))
     if method_rules:
         spec.check_settings(settings)
-    if settings.embedding_dp_epsilon:
+    if settings.embedding.embedding_dp_epsilon:
         _check_dp(settings, spec)
     _check_model(settings)
-    if settings.client_data == "local":
+    if settings.data.client_data == "local":
         _check_local(settings, spec)
         return
-    needed = settings.aux_size + settings.total_partitions * settings.partition_size
-    spec_of_data = dataset_spec(settings.base_dataset)
+    needed = settings.data.aux_size + settings.data.total_partitions * settings.data.partition_size
+    spec_of_data = dataset_spec(settings.data.base_dataset)
     known = spec_of_data.images if spec_of_data is not None else 0
     if known and needed > known:
         raise ConfigError(
-            f"{settings.base_dataset} has {known} images: aux-size={settings.aux_size} + "
-            f"(num-partitions={settings.num_partitions} + new-clients={settings.new_clients}) "
-            f"x partition-size={settings.partition_size} = {needed}"
+            f"{settings.data.base_dataset} has {known} images: aux-size={settings.data.aux_size} + "
+            f"(num-partitions={settings.data.num_partitions} + "
+            f"new-clients={settings.data.new_clients}) "
+            f"x partition-size={settings.data.partition_size} = {needed}"
         )
-    base = settings.base_dataset
+    base = settings.data.base_dataset
     fixed = image_shape_of(base)
-    if settings.image_size and not is_resizable(base) and fixed is not None:
+    if settings.data.image_size and not is_resizable(base) and fixed is not None:
         raise ConfigError(
             f"image-size applies to {', '.join(resizable_datasets())} and local data; "
-            f"{base} is {fixed[1]}x{fixed[2]} (got image-size={settings.image_size}; use 0)"
+            f"{base} is {fixed[1]}x{fixed[2]} (got image-size={settings.data.image_size}; use 0)"
         )
-    shape = image_shape_of(base, settings.image_size)
+    shape = image_shape_of(base, settings.data.image_size)
     if shape is not None:
         check_image_shape(settings, shape)
 
 
 def _check_model(settings: RunSettings) -> None:
-    if settings.pretrained and settings.model != "resnet18":
+    if settings.training.pretrained and settings.training.model != "resnet18":
         raise ConfigError(
-            f"pretrained=true loads torchvision's ImageNet ResNet-18; model={settings.model!r} "
+            "pretrained=true loads torchvision's ImageNet ResNet-18; "
+            f"model={settings.training.model!r} "
             "has no pretrained weights. Use model='resnet18' or pretrained=false."
         )
-    if settings.pretrained_weights and not settings.pretrained:
+    if settings.training.pretrained_weights and not settings.training.pretrained:
         raise ConfigError("pretrained-weights is set but pretrained=false; set pretrained=true")
 
 
@@ -108,43 +110,45 @@ def _check_local(settings: RunSettings, spec) -> None:
             f"method={settings.method!r} uses the clients' true mixtures, which only benchmark "
             "partitions have; with client-data='local' use method='ripple'"
         )
-    if spec.needs_router and not settings.aux_data and not settings.checkpoint:
+    if spec.needs_router and not settings.data.aux_data and not settings.pretraining.checkpoint:
         raise ConfigError(
             f"method={settings.method!r} routes with a GMM-VAE pre-trained on the server's D_aux; "
             "with client-data='local' set aux-data to the server's labelled files (or "
             "checkpoint to a pre-trained router)"
         )
-    if settings.embedding_dp_epsilon and not settings.aux_data:
+    if settings.embedding.embedding_dp_epsilon and not settings.data.aux_data:
         raise ConfigError(
             "embedding-dp-epsilon calibrates its mechanism on the server's D_aux; with "
             "client-data='local' set aux-data"
         )
-    if settings.image_size:
-        side = settings.image_size
-        check_image_shape(settings, (settings.channels or 3, side, side))
+    if settings.data.image_size:
+        side = settings.data.image_size
+        check_image_shape(settings, (settings.data.channels or 3, side, side))
 
 
 def _check_dp(settings: RunSettings, spec) -> None:
-    if settings.partition_size_spread != 1:
+    if settings.data.partition_size_spread != 1:
         raise ConfigError(
-            f"embedding-dp-epsilon={settings.embedding_dp_epsilon} is calibrated for clients "
+            f"embedding-dp-epsilon={settings.embedding.embedding_dp_epsilon} is calibrated for "
+            "clients "
             f"of partition-size images, but partition-size-spread="
-            f"{settings.partition_size_spread} makes some smaller; set "
+            f"{settings.data.partition_size_spread} makes some smaller; set "
             "partition-size-spread = 1 with embedding DP"
         )
     try:
         check_dp_params(
-            settings.embedding_dp_epsilon,
-            settings.embedding_dp_delta,
-            settings.embedding_dp_clip or 1.0,
+            settings.embedding.embedding_dp_epsilon,
+            settings.embedding.embedding_dp_delta,
+            settings.embedding.embedding_dp_clip or 1.0,
         )
     except ValueError as err:
         raise ConfigError(str(err)) from err
-    if not spec.needs_router or settings.router != "gmm-vae":
+    if not spec.needs_router or settings.embedding.router != "gmm-vae":
         raise ConfigError(
-            f"embedding-dp-epsilon={settings.embedding_dp_epsilon} protects the WST embedding, "
+            f"embedding-dp-epsilon={settings.embedding.embedding_dp_epsilon} protects the WST "
+            "embedding, "
             f"which only methods with the gmm-vae router send; method={settings.method!r} "
-            f"router={settings.router!r} sends none. Set embedding-dp-epsilon=0 or use "
+            f"router={settings.embedding.router!r} sends none. Set embedding-dp-epsilon=0 or use "
             "method='ripple' with router='gmm-vae'."
         )
 
@@ -154,8 +158,8 @@ def check_image_shape(settings: RunSettings, image_shape: tuple[int, ...]) -> No
     try:
         validate_scattering(
             tuple(int(s) for s in image_shape),
-            settings.J,
-            settings.L,
+            settings.embedding.J,
+            settings.embedding.L,
             embed_size=run_embed_size(settings) or None,
         )
     except ValueError as err:
@@ -166,4 +170,4 @@ def summary_kind(settings: RunSettings) -> str:
     """What a client sends in the one-shot round: ``embedding``, ``mean`` or ``none``."""
     if not registry.get_method(settings.method).needs_router:
         return "none"
-    return "mean" if settings.router == "mean-unmixing" else "embedding"
+    return "mean" if settings.embedding.router == "mean-unmixing" else "embedding"

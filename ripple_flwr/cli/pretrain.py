@@ -42,12 +42,12 @@ from ripple_flwr.router.pretrain import (
     TrainSettings,
     aux_rows,
     aux_source,
-    class_list,
     pretrain,
 )
 from ripple_flwr.router.synthetic import ALPHA_DISTRIBUTIONS, BankSettings
 from ripple_flwr.router.vae import SUPERVISED_DIVERGENCES, LossWeights
 from ripple_flwr.settings import RunSettings
+from ripple_flwr.settings.groups import class_list
 from ripple_flwr.wst.embedder import validate_scattering
 
 # A D_aux component with fewer images cannot give a synthetic client two distinct rows.

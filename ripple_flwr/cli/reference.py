@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = {
     "README.md": ("methods", "table1-headline", "default-run", "install-size"),
     "docs/methods.md": ("methods",),
-    "docs/configuration.md": ("options",),
+    "docs/configuration.md": ("settings-groups", "options"),
     "docs/pretraining.md": ("pretrain-options",),
     "docs/results.md": (
         "table1-full",
@@ -81,14 +81,36 @@ def options_table() -> str:
     for spec in METHODS.values():
         for opt in spec.options:
             users.setdefault(opt.key, []).append(spec.name)
-    rows = ["| key | type | default | allowed | used by | meaning |", "|---|---|---|---|---|---|"]
+    rows = [
+        "| key | in code: `settings.` | type | default | allowed | used by | meaning |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for opt in (*RunSettings.fields_as_options(), *all_options()):
         used = ", ".join(users.get(opt.key, ["every run"]))
         rows.append(
-            f"| `{opt.key}` | {opt.type.__name__} | {_default(opt)} | "
+            f"| `{opt.key}` | `{RunSettings.attribute_of(opt.key)}` | {opt.type.__name__} | "
+            f"{_default(opt)} | "
             f"{_cell(opt.range_text()) or '-'} | {used} | {_cell(opt.doc)} |"
         )
     return "\n".join(rows)
+
+
+def settings_groups() -> str:
+    """The groups of :class:`RunSettings`, each with its keys (as the code declares them)."""
+    from dataclasses import fields
+
+    from ripple_flwr.settings import GROUPS
+
+    lines = ["- **method** (`settings.method`): `method`, a registered method."]
+    for name, cls in GROUPS.items():
+        keys = ", ".join(f"`{f.name.replace('_', '-')}`" for f in fields(cls))
+        doc = (cls.__doc__ or "").strip().splitlines()[0]
+        lines.append(f"- **{name}** (`settings.{name}`, `{cls.__name__}`): {doc} {keys}.")
+    lines.append(
+        "- **options** (`settings.option(key)`): each method's own keys, declared by its "
+        "registry entry (the table's last rows)."
+    )
+    return "\n".join(lines)
 
 
 def pretrain_options_table() -> str:
@@ -102,6 +124,7 @@ def pretrain_options_table() -> str:
 GENERATORS = {
     "methods": method_table,
     "options": options_table,
+    "settings-groups": settings_groups,
     "pretrain-options": pretrain_options_table,
     # Numbers from the committed results (docs/results/), never typed by hand.
     "table1-headline": evidence_table1.headline,

@@ -31,17 +31,17 @@ _FEDERATIONS: dict[str, Federation] = {}
 
 def _image_size(settings: RunSettings) -> int:
     """``image-size`` for the sets that resize their photos (office-home, gldv2-23k), else 0."""
-    return int(settings.image_size) if is_resizable(settings.base_dataset) else 0
+    return int(settings.data.image_size) if is_resizable(settings.data.base_dataset) else 0
 
 
 def cached_dataset(settings: RunSettings) -> ImageDataset:
     """The run's dataset, loaded once per process."""
     image_size = _image_size(settings)
-    key = (settings.dataset, settings.data_root, image_size)
+    key = (settings.data.dataset, settings.data.data_root, image_size)
     if key not in _DATASETS:
         _DATASETS.clear()  # one dataset per process at a time (memory)
         _DATASETS[key] = load_dataset(
-            settings.dataset, settings.data_root_or_none, image_size=image_size
+            settings.data.dataset, settings.data.data_root_or_none, image_size=image_size
         )
     return _DATASETS[key]
 
@@ -50,8 +50,8 @@ def federation_key(settings: RunSettings) -> str:
     """Hash of everything the federation's partition depends on."""
     meta = {
         "version": FORMAT_VERSION,
-        "dataset": settings.dataset.strip().lower(),
-        "data_root": settings.data_root,
+        "dataset": settings.data.dataset.strip().lower(),
+        "data_root": settings.data.data_root,
         **settings.federation_kwargs(),
     }
     return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:24]
@@ -68,7 +68,7 @@ def cached_federation(settings: RunSettings, *, use_disk: bool = True) -> Federa
     dataset = cached_dataset(settings)
     if key in _FEDERATIONS and _FEDERATIONS[key].dataset is dataset:  # same rows, same pixels
         return _FEDERATIONS[key]
-    path = settings.cache_root() / "federations" / f"federation-{key}.npz"
+    path = settings.outputs.cache_root() / "federations" / f"federation-{key}.npz"
     federation = _load(path, dataset) if use_disk else None
     if federation is None:
         federation = build_federation(dataset, **settings.federation_kwargs())

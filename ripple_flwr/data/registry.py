@@ -82,7 +82,18 @@ DATASETS: dict[str, DatasetSpec] = {}
 
 
 def register_dataset(spec: DatasetSpec) -> DatasetSpec:
-    """Add ``spec``; a duplicate name or an incomplete entry is an error."""
+    """Add ``spec``; a duplicate name or an incomplete entry is an error.
+
+    Parameters
+    ----------
+    spec
+        The dataset's entry (docs/adding-a-dataset.md).
+
+    Returns
+    -------
+    DatasetSpec
+        ``spec``, registered.
+    """
     spec.check()
     if spec.name in DATASETS:
         raise ValueError(f"dataset {spec.name!r} is registered already")

@@ -105,7 +105,7 @@ def plan(args: argparse.Namespace, out: Path) -> list[tuple[Point, int, dict[str
                 settings = parse_run_config({k: v for k, v in cfg.items() if k != "results-path"})
             except ConfigError as err:
                 raise SystemExit(f"ripple-sweep: {point_name(point)} seed {seed}: {err}") from None
-            if not settings.num_partitions:  # "the nodes that connect": none connect here
+            if not settings.data.num_partitions:  # "the nodes that connect": none connect here
                 raise SystemExit(
                     "ripple-sweep: every run needs its number of clients: "
                     "--set num-partitions=N (or put num-partitions in --grid)"

@@ -80,7 +80,7 @@ GENERIC = {
     "partition_size": 200,
     "alpha": 0.1,
     "label_kind": "class",
-    "num_components": RunSettings().num_components,
+    "num_components": RunSettings().embedding.num_components,
     "pretrained": False,
 }
 PRESETS = {

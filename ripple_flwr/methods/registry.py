@@ -43,6 +43,16 @@ def register(spec: MethodSpec) -> MethodSpec:
 
     An option key may be shared by several methods only as the same declaration
     (FedOpt's), and never clash with a :class:`RunSettings` field.
+
+    Parameters
+    ----------
+    spec
+        The method's entry (docs/adding-a-method.md).
+
+    Returns
+    -------
+    MethodSpec
+        ``spec``, registered.
     """
     spec.check()
     if spec.name in METHODS:
@@ -114,12 +124,15 @@ for _spec in (
         build=f"{_S}.ripple:build_oracle",
     ),
     MethodSpec(
-        "fedavg", "FedAvg, Flower's class: one global model", f"{_S}.fedavg:FedAvgMethod", **GLOBAL
+        "fedavg",
+        "FedAvg, Flower's class: one global model",
+        f"{_S}.fedavg:FedAvgStrategy",
+        **GLOBAL,
     ),
     MethodSpec(
         "fedprox",
         "FedProx, Flower's class: FedAvg plus mu/2 ||w - w_global||^2 on the clients",
-        f"{_S}.fedprox:FedProxMethod",
+        f"{_S}.fedprox:FedProxStrategy",
         **GLOBAL,
         client_rule="fedprox",
         options=(o.PROXIMAL_MU,),
@@ -127,35 +140,35 @@ for _spec in (
     MethodSpec(
         "fedadam",
         "FedAdam, Flower's class: Adam on the server over the mean update",
-        f"{_S}.fedadam:FedAdamMethod",
+        f"{_S}.fedadam:FedAdamStrategy",
         **GLOBAL,
         options=FEDOPT,
     ),
     MethodSpec(
         "fedavgm",
         "FedAvgM, Flower's class: the mean update applied with server momentum",
-        f"{_S}.fedavgm:FedAvgMMethod",
+        f"{_S}.fedavgm:FedAvgMStrategy",
         **GLOBAL,
         options=(o.FEDAVGM_MOMENTUM,),
     ),
     MethodSpec(
         "fedyogi",
         "FedYogi, Flower's class: Yogi on the server over the mean update",
-        f"{_S}.fedyogi:FedYogiMethod",
+        f"{_S}.fedyogi:FedYogiStrategy",
         **GLOBAL,
         options=FEDOPT,
     ),
     MethodSpec(
         "fedadagrad",
         "FedAdagrad, Flower's class: Adagrad on the server over the mean update",
-        f"{_S}.fedadagrad:FedAdagradMethod",
+        f"{_S}.fedadagrad:FedAdagradStrategy",
         **GLOBAL,
         options=(o.FEDOPT_ETA, o.FEDOPT_TAU),
     ),
     MethodSpec(
         "scaffold",
         "SCAFFOLD: server control c and client controls c_i correct every local step",
-        f"{_S}.scaffold:Scaffold",
+        f"{_S}.scaffold:ScaffoldStrategy",
         **GLOBAL,
         client_rule="scaffold",
         options=(SCAFFOLD_GRAD_CLIP,),  # read by the clients' rule
@@ -163,7 +176,7 @@ for _spec in (
     MethodSpec(
         "feddyn",
         "FedDyn: clients add -<g_k, theta> + alpha/2 ||theta - theta_prev||^2, server state h",
-        f"{_S}.feddyn:FedDyn",
+        f"{_S}.feddyn:FedDynStrategy",
         **GLOBAL,
         client_rule="feddyn",
         options=(FEDDYN_ALPHA, FEDDYN_GRAD_CLIP),
@@ -171,7 +184,7 @@ for _spec in (
     MethodSpec(
         "perfedavg",
         "Per-FedAvg (first order): MAML steps, scored after one alpha step on the train split",
-        f"{_S}.perfedavg:PerFedAvg",
+        f"{_S}.perfedavg:PerFedAvgStrategy",
         **PERSONALISED,
         client_rule="perfedavg",
         options=(PERFEDAVG_ALPHA, PERFEDAVG_BETA),  # read by the clients' rule
@@ -179,7 +192,7 @@ for _spec in (
     MethodSpec(
         "pfedme",
         "pFedMe: Moreau-envelope personal models theta_tilde, server beta-mix of local models",
-        f"{_S}.pfedme:PFedMe",
+        f"{_S}.pfedme:PFedMeStrategy",
         **PERSONALISED,
         client_rule="pfedme",
         options=(PFEDME_LAMBDA, PFEDME_INNER_STEPS, PFEDME_PERSONAL_LR, PFEDME_MU, o.PFEDME_BETA),
@@ -187,27 +200,27 @@ for _spec in (
     MethodSpec(
         "fedmedian",
         "FedMedian, Flower's class: coordinate-wise median of the replies (robust)",
-        f"{_S}.fedmedian:FedMedianMethod",
+        f"{_S}.fedmedian:FedMedianStrategy",
         **GLOBAL,
     ),
     MethodSpec(
         "fedtrimmedavg",
         "FedTrimmedAvg, Flower's class: coordinate-wise trimmed mean (robust)",
-        f"{_S}.fedtrimmedavg:FedTrimmedAvgMethod",
+        f"{_S}.fedtrimmedavg:FedTrimmedAvgStrategy",
         **GLOBAL,
         options=(o.TRIMMED_BETA,),
     ),
     MethodSpec(
         "krum",
         "Krum, Flower's class: the reply closest to its neighbours (robust)",
-        f"{_S}.krum:KrumMethod",
+        f"{_S}.krum:KrumStrategy",
         **GLOBAL,
         options=(o.KRUM_MALICIOUS,),
     ),
     MethodSpec(
         "ifca",
         "IFCA: all K models to each client, it trains the lowest-loss one (K x FedAvg down)",
-        f"{_S}.ifca:IFCA",
+        f"{_S}.ifca:IFCAStrategy",
         **CLUSTERED,
         sweeps_k=True,
         options=(o.IFCA_INIT_BALANCE, o.IFCA_INIT_DRAWS),
@@ -216,7 +229,7 @@ for _spec in (
     MethodSpec(
         "fesem",
         "FeSEM: K centres from one initial model; K-means over the clients' models reassigns",
-        f"{_S}.fesem:FeSEM",
+        f"{_S}.fesem:FeSEMStrategy",
         **CLUSTERED,
         sweeps_k=True,
         options=(
@@ -231,7 +244,7 @@ for _spec in (
     MethodSpec(
         "cfl",
         "CFL: one model, split by cosine similarity of updates when the joint one stalls",
-        f"{_S}.cfl:CFL",
+        f"{_S}.cfl:CFLStrategy",
         **CLUSTERED,
         options=(
             o.CFL_WARMUP_FRACTION,
@@ -246,7 +259,7 @@ for _spec in (
     MethodSpec(
         "flux",
         "FLUX: FedAvg, then DBSCAN over latent-moment descriptors; unseen clients to the nearest",
-        f"{_S}.flux:FLUX",
+        f"{_S}.flux:FLUXStrategy",
         **{**CLUSTERED, "exports": "descriptors"},
         options=(
             o.FLUX_START_ROUND,
@@ -260,7 +273,7 @@ for _spec in (
     MethodSpec(
         "local",
         "local-only: each client trains alone, only in the rounds it is sampled",
-        f"{_S}.local_only:LocalOnly",
+        f"{_S}.local_only:LocalOnlyStrategy",
         models="per-client",
         exports="none",
         family="personalised",

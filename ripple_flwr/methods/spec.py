@@ -30,8 +30,19 @@ Family = Literal["ripple", "global", "personalised", "clustered"]
 class MethodInputs:
     """What building a strategy may use: settings, initial model, pi*, the router.
 
-    ``fresh_state(i)`` builds the i-th distinct seeded initialisation (i = 0
-    is ``initial_state``): IFCA's K models start from different ones.
+    Parameters
+    ----------
+    settings
+        The run's settings.
+    initial_state
+        The seeded initial model, as numpy arrays by parameter name.
+    true_mixtures
+        The clients' true mixtures pi* (benchmarks only), for entries with ``needs_truth``.
+    router
+        The pre-trained router, for entries with ``needs_router``.
+    fresh_state
+        ``i`` -> the i-th distinct seeded initialisation (i = 0 is ``initial_state``):
+        IFCA's K models start from different ones.
     """
 
     settings: RunSettings
@@ -65,7 +76,13 @@ class MethodInputs:
 
 @functools.cache
 def resolve(path: str) -> Any:
-    """``"package.module:Name"`` as the object it names (imported on first use)."""
+    """``"package.module:Name"`` as the object it names (imported on first use).
+
+    Parameters
+    ----------
+    path
+        A module's dotted name and an attribute of it, joined by ``:``.
+    """
     module, _, name = path.partition(":")
     if not module or not name:
         raise ValueError(f"{path!r} is not 'package.module:Name'")

@@ -152,41 +152,34 @@ class PretrainSettings:
 
 def pretrain_settings_for(settings: RunSettings) -> PretrainSettings:
     """The :class:`PretrainSettings` a federated run pre-trains its router with."""
-    client_size = settings.pretrain_client_size or settings.partition_size
+    data, emb, pre = settings.data, settings.embedding, settings.pretraining
+    client_size = pre.client_size(data.partition_size)
     return PretrainSettings(
-        dataset=settings.dataset,
-        data_root=settings.data_root_or_none,
-        label_kind=settings.label_kind,
-        aux_size=settings.aux_size,
-        data_seed=settings.data_seed,
-        num_components=settings.num_components,
-        J=settings.J,
-        L=settings.L,
-        svd_rank=settings.svd_rank,
-        explained_variance=settings.explained_variance_or_none,
-        bank=BankSettings(num_clients=settings.pretrain_bank_size, client_size=client_size),
-        heldout_clients=max(50, min(1000, settings.pretrain_bank_size // 10)),
-        train=TrainSettings(
-            steps=settings.pretrain_steps,
-            eval_every=max(1, min(500, settings.pretrain_steps // 5)),
-        ),
-        seed=settings.seed,
+        dataset=data.dataset,
+        data_root=data.data_root_or_none,
+        label_kind=data.label_kind,
+        aux_size=data.aux_size,
+        data_seed=data.data_seed,
+        num_components=emb.num_components,
+        J=emb.J,
+        L=emb.L,
+        svd_rank=emb.svd_rank,
+        explained_variance=emb.explained_variance_or_none,
+        bank=BankSettings(num_clients=pre.pretrain_bank_size, client_size=client_size),
+        heldout_clients=pre.heldout_clients,
+        train=TrainSettings(steps=pre.pretrain_steps, eval_every=pre.eval_every),
+        seed=settings.training.seed,
         real_clients=20,
         real_client_size=client_size,
-        cache_dir=str(settings.cache_root() / "banks"),
-        aux_data=settings.aux_data,
-        class_names=class_list(settings.class_names),
-        image_size=settings.image_size,
-        channels=settings.channels,
+        cache_dir=str(settings.outputs.cache_root() / "banks"),
+        aux_data=data.aux_data,
+        class_names=data.class_list,
+        image_size=data.image_size,
+        channels=data.channels,
         embed_size=run_embed_size(settings),
-        image_column=settings.image_column,
-        label_column=settings.label_column,
+        image_column=data.image_column,
+        label_column=data.label_column,
     )
-
-
-def class_list(text: str) -> tuple[str, ...]:
-    """``class-names`` ("a, b, c") as a tuple; "" -> ()."""
-    return tuple(c.strip() for c in text.split(",") if c.strip())
 
 
 def aux_source(settings: PretrainSettings) -> ImageDataset:

@@ -14,11 +14,11 @@ from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder
 def run_embed_size(settings: RunSettings) -> int:
     """The side a run's WST embeds at: ``embed-size``, else the dataset's (64 for the photo
     sets), else 0 (the images' own size; always so for local data unless set)."""
-    if settings.embed_size:
-        return settings.embed_size
-    if settings.client_data == "local":
+    if settings.embedding.embed_size:
+        return settings.embedding.embed_size
+    if settings.data.client_data == "local":
         return 0
-    return embed_size_of(settings.base_dataset) or 0
+    return embed_size_of(settings.data.base_dataset) or 0
 
 
 def embedder_key(settings: RunSettings, image_shape: tuple[int, int, int]) -> tuple:
@@ -26,10 +26,10 @@ def embedder_key(settings: RunSettings, image_shape: tuple[int, int, int]) -> tu
     side = run_embed_size(settings) or None
     return (
         tuple(image_shape),
-        settings.J,
-        settings.L,
-        settings.svd_rank,
-        settings.explained_variance,
+        settings.embedding.J,
+        settings.embedding.L,
+        settings.embedding.svd_rank,
+        settings.embedding.explained_variance,
         side,
     )
 
@@ -46,9 +46,11 @@ def run_embedder(settings: RunSettings, image_shape: tuple[int, int, int]) -> Sp
     """
     return SpectralEmbedder(
         tuple(image_shape),
-        J=settings.J,
-        L=settings.L,
-        prototype=PrototypeSettings(settings.svd_rank, settings.explained_variance_or_none),
+        J=settings.embedding.J,
+        L=settings.embedding.L,
+        prototype=PrototypeSettings(
+            settings.embedding.svd_rank, settings.embedding.explained_variance_or_none
+        ),
         device="auto",
         embed_size=run_embed_size(settings) or None,
     )

@@ -72,13 +72,14 @@ def confined_results_path(settings: RunSettings) -> Path:
             f"{OUTPUT_DIR_ENV}={root} is the filesystem root or a system folder; point it at a "
             "folder made for this server's results (e.g. /srv/ripple/outputs)"
         )
-    raw = settings.results_path or str(
-        default_results_path(settings.method, settings.seed, root=root)
+    raw = settings.outputs.results_path or str(
+        default_results_path(settings.method, settings.training.seed, root=root)
     )
     path = Path(raw).expanduser().resolve()
     if not path.is_relative_to(root):
         raise ConfigError(
-            f"results-path={settings.results_path!r} resolves to {path}, outside the server's "
+            f"results-path={settings.outputs.results_path!r} resolves to {path}, outside the "
+            "server's "
             f"output folder {root}. Use a path inside it (a relative path such as "
             f"'outputs/run.json'), or, on the machine that runs the server, set "
             f"{OUTPUT_DIR_ENV} to the folder results may be written to."
@@ -101,7 +102,7 @@ def confined_results_path(settings: RunSettings) -> Path:
         for p in (path, *(path.with_suffix(s) for s in SIDE_FILES))
         if p.exists() and p != resumed  # the checkpoint being resumed is the run's own
     ]
-    if existing and not settings.overwrite_results:
+    if existing and not settings.outputs.overwrite_results:
         raise ConfigError(
             f"{existing[0]} exists already; choose another results-path, or set "
             "overwrite-results=true to replace it (and the .png / .assignment.png / .run.pt / "
@@ -135,11 +136,11 @@ def confined_cache_dir(settings: RunSettings) -> Path | None:
     It must lie inside the output folder or this machine's cache root: the ServerApp and
     every ClientApp check it (through the run-config check both call) on their own machine.
     """
-    if not settings.cache_dir:
+    if not settings.outputs.cache_dir:
         return None
     return confined_path(
         "cache-dir",
-        settings.cache_dir,
+        settings.outputs.cache_dir,
         [output_folder(), machine_cache_root()],
         f'leave cache-dir="" (the machine\'s own cache), name a folder inside these, or, on '
         f"the machine, set {CACHE_DIR_ENV} or {OUTPUT_DIR_ENV} to one that holds it",
@@ -158,16 +159,16 @@ def resume_source(settings: RunSettings, results_path: Path) -> Path | None:
     exists; ``"fresh"`` (or ``""``): never; any other value: that file, which must lie
     in the output folder (refused from its text alone otherwise).
     """
-    mode = settings.resume.strip()
+    mode = settings.outputs.resume.strip()
     if mode in RESUME_FRESH:
         return None
     if mode == RESUME_AUTO:
         own = results_path.with_suffix(".resume.npz")
-        keep = settings.checkpoint_every > 0 and not settings.overwrite_results
+        keep = settings.outputs.checkpoint_every > 0 and not settings.outputs.overwrite_results
         return own if keep and own.is_file() else None
     return confined_path(
         "resume",
-        settings.resume,
+        settings.outputs.resume,
         [output_folder()],
         "resume from the <results>.resume.npz a run wrote there",
     )
@@ -178,7 +179,7 @@ def confined_checkpoint(settings: RunSettings) -> Path | None:
 
     Allowed: the output folder, the server's cache root, and ``$RIPPLE_CHECKPOINT_DIR``.
     """
-    if not settings.checkpoint:
+    if not settings.pretraining.checkpoint:
         return None
     roots = [output_folder(), machine_cache_root()]
     extra = Environment.read().checkpoint_dir
@@ -186,7 +187,7 @@ def confined_checkpoint(settings: RunSettings) -> Path | None:
         roots.append(extra)
     return confined_path(
         "checkpoint",
-        settings.checkpoint,
+        settings.pretraining.checkpoint,
         roots,
         f"put the GMM-VAE checkpoint in one of them, or, on the server's machine, set "
         f"{CHECKPOINT_DIR_ENV} to the folder that holds it",

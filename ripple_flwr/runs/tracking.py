@@ -408,16 +408,16 @@ def tracker_folder(settings: RunSettings) -> Path | None:
     package must be installed, and ``tracker-dir`` must lie in the server's output folder
     (a run config may not write elsewhere on the server's disk).
     """
-    check_tracker(settings.tracker)
-    if settings.tracker == "none":
+    check_tracker(settings.outputs.tracker)
+    if settings.outputs.tracker == "none":
         return None
     from ripple_flwr.runs.outputs import OUTPUT_DIR_ENV, confined_path, output_folder
 
-    if not settings.tracker_dir:
+    if not settings.outputs.tracker_dir:
         return output_folder().expanduser().resolve() / "tracking"
     return confined_path(
         "tracker-dir",
-        settings.tracker_dir,
+        settings.outputs.tracker_dir,
         [output_folder()],
         f'leave tracker-dir="" (<output folder>/tracking), name a folder inside it, or, on the '
         f"server's machine, set {OUTPUT_DIR_ENV} to a folder that holds it",
@@ -430,22 +430,25 @@ def track_finished_run(settings: RunSettings, path: str | Path) -> Path | None:
     The run is over and its results are on disk: a tracker that fails now (a store it
     cannot open, a full disk) is logged as a warning and loses nothing.
     """
-    if settings.tracker == "none":
+    if settings.outputs.tracker == "none":
         return None
     try:
         where = tracker_folder(settings)
-        out = track_results_file(path, settings.tracker, where)
+        out = track_results_file(path, settings.outputs.tracker, where)
     except Exception as err:
         log.warning(
             "could not send the run to %s (%s: %s); the results file %s is complete: "
             "track it later with ripple_flwr.runs.tracking.track_results_file",
-            settings.tracker,
+            settings.outputs.tracker,
             type(err).__name__,
             " ".join(str(err).split()),
             path,
         )
         return None
     log.info(
-        "run sent to %s: %s (%s)", settings.tracker, out, open_command(settings.tracker, where)
+        "run sent to %s: %s (%s)",
+        settings.outputs.tracker,
+        out,
+        open_command(settings.outputs.tracker, where),
     )
     return out

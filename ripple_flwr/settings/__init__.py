@@ -2,9 +2,11 @@
 
 A leaf: this package imports nothing else of ``ripple_flwr`` and nothing heavy, so every
 layer may read settings. Every key of ``[tool.flwr.app.config]`` in pyproject.toml is
-either a field of :class:`RunSettings` (:mod:`.run`; dashes become underscores), declared
-with its one-line doc and range by :func:`option`, or an :class:`Option` (:mod:`.options`)
-that a method's registry entry declares and that lands in :attr:`RunSettings.options`.
+either a field of one of :class:`RunSettings`' groups (:mod:`.groups`: data, embedding,
+training, evaluation, robustness, outputs, pre-training; dashes become underscores),
+declared with its one-line doc and range by :func:`option`, or an :class:`Option`
+(:mod:`.options`) that a method's registry entry declares and that lands in
+:attr:`RunSettings.options`.
 Which methods, datasets and models exist, and the rules that need them, are checked by the
 app (:func:`ripple_flwr.app.run_config.parse_run_config`). The environment variables the
 package reads are read in :mod:`.environment`, and only there.
@@ -20,23 +22,31 @@ from ripple_flwr.settings.environment import (
     Environment,
     machine_cache_root,
 )
-from ripple_flwr.settings.options import ConfigError, Option, option
-from ripple_flwr.settings.run import (
+from ripple_flwr.settings.groups import (
     CLIENT_DATAS,
+    GROUPS,
     LABEL_KINDS,
     REFINES,
     ROUTERS,
     SAMPLINGS,
     TRACKERS,
     ClientData,
+    DataSettings,
+    EmbeddingSettings,
+    EvaluationSettings,
     LabelKind,
+    OutputSettings,
+    PretrainingSettings,
     Refine,
+    RobustnessSettings,
     Router,
-    RunSettings,
     Sampling,
     ScoreWeighting,
     Tracker,
+    TrainingSettings,
 )
+from ripple_flwr.settings.options import ConfigError, Option, option
+from ripple_flwr.settings.run import RunSettings
 
 __all__ = [
     "CACHE_DIR_ENV",
@@ -44,6 +54,7 @@ __all__ = [
     "CLIENT_DATAS",
     "DATA_ROOT_ENV",
     "FASHION_MNIST_ENV",
+    "GROUPS",
     "LABEL_KINDS",
     "OUTPUT_DIR_ENV",
     "PARTITION_MAP_ENV",
@@ -53,15 +64,22 @@ __all__ = [
     "TRACKERS",
     "ClientData",
     "ConfigError",
+    "DataSettings",
+    "EmbeddingSettings",
     "Environment",
+    "EvaluationSettings",
     "LabelKind",
     "Option",
+    "OutputSettings",
+    "PretrainingSettings",
     "Refine",
+    "RobustnessSettings",
     "Router",
     "RunSettings",
     "Sampling",
     "ScoreWeighting",
     "Tracker",
+    "TrainingSettings",
     "machine_cache_root",
     "option",
 ]

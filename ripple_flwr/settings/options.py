@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import Field, dataclass, field
+from functools import cache
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin, get_type_hints
 
 if TYPE_CHECKING:
     from ripple_flwr.settings.run import RunSettings
@@ -18,8 +19,22 @@ class ConfigError(ValueError):
 class Option:
     """One run-config key: its type, default, range and one-line doc.
 
-    ``low``/``high`` bound the value (inclusive unless ``low_open``/``high_open``);
-    ``choices`` lists the allowed strings; floats must be finite unless ``finite`` is off.
+    Parameters
+    ----------
+    key
+        The dashed run-config key (``proximal-mu``).
+    type
+        ``int``, ``float``, ``bool`` or ``str``; ints are accepted for floats.
+    default
+        The value when the run does not set the key (checked like any value).
+    doc
+        One line for docs/configuration.md.
+    low, high, low_open, high_open
+        Bounds of a number, inclusive unless open.
+    choices
+        The allowed strings.
+    finite
+        Refuse ``inf`` and ``nan`` for a float (on by default).
     """
 
     key: str
@@ -108,6 +123,51 @@ def option(
     high_open: bool = False,
     finite: bool = True,
 ) -> Any:
-    """A :class:`RunSettings` field with its doc and range (made an :class:`Option` on demand)."""
+    """A settings group's field with its doc and range (made an :class:`Option` on demand).
+
+    Parameters
+    ----------
+    default
+        The value when the run config does not set the key.
+    doc
+        One line for ``docs/configuration.md`` and the CLIs' ``--help``.
+    low, high
+        Bounds of a number (inclusive unless ``low_open`` / ``high_open``).
+    finite
+        Refuse ``inf`` and ``nan`` for a float (on by default).
+    """
     meta = {"doc": doc, "low": low, "high": high, "low_open": low_open, "high_open": high_open}
     return field(default=default, metadata={**meta, "finite": finite})
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def field_option(cls: type, f: Field) -> Option:
+    """The :class:`Option` of field ``f`` of the settings group ``cls`` (a Literal: choices)."""
+    return _field_option(cls, f.name)
+
+
+@cache
+def _field_option(cls: type, name: str) -> Option:
+    f = cls.__dataclass_fields__[name]
+    hint = _hints(cls)[name]
+    choices: tuple[str, ...] = ()
+    if get_origin(hint) is Literal:
+        choices = get_args(hint)
+        hint = type(choices[0])
+    m = f.metadata
+    return Option(
+        name.replace("_", "-"),
+        hint,
+        f.default,
+        m["doc"],
+        low=m["low"],
+        high=m["high"],
+        low_open=m["low_open"],
+        high_open=m["high_open"],
+        choices=choices,
+        finite=m["finite"],
+    )

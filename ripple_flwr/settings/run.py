@@ -1,4 +1,10 @@
-"""The run's typed settings: :class:`RunSettings`, one field per run-config key."""
+"""The run's typed settings: :class:`RunSettings`, the method, its options and one of each group.
+
+Every run-config key is a field of one group (:mod:`.groups`; dashes become underscores)
+or a method's declared :class:`Option` (in :attr:`RunSettings.options`); the keys and
+``pyproject.toml`` do not show the groups. In code a value is read through its group:
+``settings.data.alpha``, ``settings.training.lr``.
+"""
 
 from __future__ import annotations
 
@@ -6,240 +12,96 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Any
 
-from ripple_flwr.settings.environment import machine_cache_root
-from ripple_flwr.settings.options import ConfigError, Option, option
-
-Sampling = Literal["stratified", "uniform"]
-Router = Literal["gmm-vae", "mean-unmixing"]
-LabelKind = Literal["class", "domain", "joint"]
-Refine = Literal["none", "hdb"]
-ClientData = Literal["benchmark", "local"]
-ScoreWeighting = Literal["clients", "examples"]
-Tracker = Literal["none", "mlflow", "tensorboard", "wandb"]
-SAMPLINGS: tuple[str, ...] = get_args(Sampling)
-ROUTERS: tuple[str, ...] = get_args(Router)
-LABEL_KINDS: tuple[str, ...] = get_args(LabelKind)
-REFINES: tuple[str, ...] = get_args(Refine)
-CLIENT_DATAS: tuple[str, ...] = get_args(ClientData)
-TRACKERS: tuple[str, ...] = get_args(Tracker)
+from ripple_flwr.settings.groups import (
+    GROUPS,
+    DataSettings,
+    EmbeddingSettings,
+    EvaluationSettings,
+    OutputSettings,
+    PretrainingSettings,
+    RobustnessSettings,
+    TrainingSettings,
+)
+from ripple_flwr.settings.options import ConfigError, Option, field_option, option
 
 
 @dataclass(frozen=True)
 class RunSettings:
-    """One run, as typed values (defaults: the paper's where they fit a CPU).
+    """One run, as typed values in groups (defaults: the paper's where they fit a CPU).
 
-    Each field's doc and range are in its declaration below (the configuration
-    reference, ``docs/configuration.md``, is generated from them); method
-    options (FedProx's mu, Krum's f, ...) are in :attr:`options`, declared by
-    the methods' strategy files.
+    Each field's doc and range are in its group's declaration (the configuration
+    reference, ``docs/configuration.md``, is generated from them); method options
+    (FedProx's mu, Krum's f, ...) are in :attr:`options`, declared by the methods'
+    registry entries. :meth:`of` builds settings from flat field names, as the run
+    config names them.
     """
 
     method: str = option("ripple", "a registered method (docs/methods.md)")
-    sampling: Sampling = option("stratified", "Ripple's client sampling: stratified | uniform")
-    router: Router = option(
-        "gmm-vae", "gmm-vae (WST embedding) | mean-unmixing (client mean image)"
-    )
-    dataset: str = option("mnist-5k", "a registered dataset (ripple_flwr.data)")
-    data_root: str = option("", 'where dataset files live ("" = the loader\'s default)')
-    client_data: ClientData = option(
-        "benchmark",
-        "benchmark (each SuperNode takes partition-id of dataset) | local (each SuperNode "
-        "reads its own files, node config data=<path>; docs/own-data.md)",
-    )
-    aux_data: str = option(
-        "",
-        'the server\'s own labelled D_aux (ImageFolder, .npz or HF dataset; "" = carved from '
-        "dataset)",
-    )
-    class_names: str = option(
-        "", 'the run\'s classes, comma-separated ("" = the class folders of aux-data / dataset)'
-    )
-    image_size: int = option(
-        0,
-        "side every image is resized to (0 = the data's own size; must then be uniform)",
-        low=0,
-        high=4096,
-    )
-    channels: int = option(0, "image channels: 1 or 3 (0 = the data's own)", low=0, high=3)
-    embed_size: int = option(
-        0,
-        "side images are resized to before the WST (0 = the dataset's: 64 for office-home and "
-        "gldv2-23k, else the image size)",
-        low=0,
-        high=1024,
-    )
-    image_column: str = option("image", "image column of a Hugging Face dataset")
-    label_column: str = option("label", "label column of a Hugging Face dataset")
-    label_kind: LabelKind = option(
-        "class",
-        "clusters follow the class, the domain (rotated-* datasets), or both (joint: "
-        "domain x class labels)",
-    )
-    num_partitions: int = option(
-        0,
-        "training clients (0 = the nodes that connect, less new-clients: in simulation the "
-        "number of SuperNodes)",
-        low=0,
-        high=1_000_000,
-    )
-    new_clients: int = option(
-        0, "held-out clients onboarded zero-shot after training", low=0, high=1_000_000
-    )
-    alpha_new: float = option(
-        1.0, "Dirichlet concentration of the new clients (alpha_test)", low=0, low_open=True
-    )
-    partition_size: int = option(200, "images per client (train + test)", low=2, high=10_000_000)
-    partition_size_spread: float = option(
-        1.0,
-        "quantity skew: training clients' sizes vary about this many times around "
-        "partition-size, log-uniformly, the same rows in all (1 = equal sizes)",
-        low=1,
-        high=1000,
-    )
-    alpha: float = option(
-        0.1, "Dirichlet concentration of the client mixtures", low=0, low_open=True
-    )
-    aux_size: int = option(
-        1000, "the server's labelled auxiliary set D_aux", low=1, high=10_000_000
-    )
-    data_seed: int = option(
-        0, "seed of D_aux, the partitions and the splits", low=0, high=2**32 - 1
-    )
-    test_fraction: float = option(
-        0.2,
-        "share of each client's images held out for its evaluation",
-        low=0,
-        high=1,
-        low_open=True,
-        high_open=True,
-    )
-    num_components: int = option(10, "K, the number of clusters", low=2, high=100)
-    J: int = option(3, "scattering scales", low=1, high=8)
-    L: int = option(8, "scattering orientations", low=1, high=32)
-    svd_rank: int = option(20, "principal components in the prototype", low=0, high=1000)
-    explained_variance: float = option(
-        0.0, "> 0: pick the rank by explained variance instead (0 = svd-rank)", low=0, high=1
-    )
-    model: str = option("cnn", "a registered model: cnn | resnet9 | resnet18")
-    pretrained: bool = option(
-        False, "start resnet18 from torchvision's ImageNet weights (head replaced)"
-    )
-    pretrained_weights: str = option(
-        "", 'file of those weights ("" = $TORCH_HOME/hub/checkpoints/resnet18-f37072fd.pth)'
-    )
-    num_server_rounds: int = option(40, "federated rounds", low=1, high=1_000_000)
-    clients_per_round: int = option(10, "clients trained each round", low=1, high=1_000_000)
-    local_epochs: int = option(1, "local epochs per round", low=1, high=1000)
-    lr: float = option(0.01, "client SGD learning rate", low=0, low_open=True)
-    momentum: float = option(0.9, "client SGD momentum", low=0, high=1, high_open=True)
-    batch_size: int = option(32, "client batch size", low=1, high=65_536)
-    server_lr: float = option(
-        1.0, "eta_s: the server's step (Ripple's eq. 9, SCAFFOLD, FedAvgM)", low=0, low_open=True
-    )
-    embedding_dp_epsilon: float = option(
-        0.0,
-        "> 0: clients release their embedding (epsilon, delta)-DP (0 = off; inf = no noise)",
-        low=0,
-        finite=False,
-    )
-    embedding_dp_delta: float = option(1e-5, "delta of that one release, in (0, 1)")
-    embedding_dp_clip: float = option(
-        0.0, "L2 clip of the projected embedding (0 = the server's public choice)", low=0
-    )
-    update_norm_factor: float = option(
-        10.0, "drop a reply whose update norm > this x the round's median (0 = off)", low=0
-    )
-    max_update_norm: float = option(
-        0.0, "drop a reply whose update norm is above this (0 = off)", low=0
-    )
-    max_failures: int = option(
-        3, "rounds a client may fail in a row before it is not sampled", low=1, high=1_000_000
-    )
-    refine: Refine = option("none", "none (K clusters) | hdb (Ripple-HDB: K_hat by HDBSCAN)")
-    min_cluster_size: int = option(
-        3, "HDBSCAN's smallest cluster, in clients", low=2, high=1_000_000
-    )
-    best_by_loss: bool = option(
-        True, "also score every cluster model on new clients (a reference only)"
-    )
-    headline_weighting: ScoreWeighting = option(
-        "clients",
-        "final-accuracy averages clients (each weight 1) | examples (each client weighted by "
-        "its test split, capped at 4x the median)",
-    )
-    eval_every: int = option(
-        5, "personalised evaluation every this many rounds (and last)", low=1, high=1_000_000
-    )
-    eval_fraction: float = option(
-        1.0,
-        "share of the clients each evaluation scores: a seeded sample, new each evaluation "
-        "(1 = all)",
-        low=0,
-        high=1,
-        low_open=True,
-    )
-    seed: int = option(
-        0, "model initialisation, client sampling, local shuffles", low=0, high=2**32 - 1
-    )
-    checkpoint: str = option("", 'GMM-VAE checkpoint; "" = pre-train one (cached on disk)')
-    pretrain_bank_size: int = option(
-        2000, "synthetic clients when pre-training here", low=1, high=1_000_000
-    )
-    pretrain_steps: int = option(
-        1500, "GMM-VAE optimiser steps when pre-training here", low=1, high=10_000_000
-    )
-    pretrain_client_size: int = option(
-        0, "images per synthetic client (0 = partition-size; else >= 2)", low=0, high=10_000_000
-    )
-    results_path: str = option(
-        "", 'results JSON inside $RIPPLE_OUTPUT_DIR (default ./outputs); "" = a fresh name'
-    )
-    overwrite_results: bool = option(
-        False, "replace an existing results file (and its .png / .run.pt)"
-    )
-    tracker: Tracker = option(
-        "none",
-        "send the finished run to an experiment tracker: none | mlflow | tensorboard | wandb "
-        '(offline; pip install "ripple-flwr[track]"; docs/tracking.md)',
-    )
-    tracker_dir: str = option(
-        "", 'the tracker\'s folder inside $RIPPLE_OUTPUT_DIR ("" = <output folder>/tracking)'
-    )
-    checkpoint_every: int = option(
-        0,
-        "save the server state (<results>.resume.npz) every N rounds (0 = off)",
-        low=0,
-        high=1_000_000,
-    )
-    resume: str = option(
-        "auto",
-        "auto (continue from <results>.resume.npz when checkpoint-every > 0 and it exists) | "
-        "fresh | a <results>.resume.npz to continue from",
-    )
-    node_wait_timeout: float = option(
-        60.0, "seconds to wait for the nodes", low=0, low_open=True, finite=False
-    )
-    round_timeout: float = option(
-        600.0, "seconds to wait for the replies of one round", low=0, low_open=True, finite=False
-    )
-    client_threads: int = option(
-        1, "torch threads per client process (0 = torch's default)", low=0, high=1024
-    )
-    cache_dir: str = option("", '"" = $RIPPLE_CACHE_DIR or ~/.cache/ripple-flwr')
+    data: DataSettings = field(default_factory=DataSettings)
+    embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
+    training: TrainingSettings = field(default_factory=TrainingSettings)
+    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+    robustness: RobustnessSettings = field(default_factory=RobustnessSettings)
+    outputs: OutputSettings = field(default_factory=OutputSettings)
+    pretraining: PretrainingSettings = field(default_factory=PretrainingSettings)
     options: Mapping[str, Any] = field(default_factory=dict, compare=True)
-    """Method options by dashed key (declared by the methods' strategy files)."""
+    """Method options by dashed key (declared by the methods' registry entries)."""
 
     def __post_init__(self) -> None:
         self.validate()
 
+    # -- building ----------------------------------------------------------------------
+    @classmethod
+    def of(cls, options: Mapping[str, Any] | None = None, **values: Any) -> RunSettings:
+        """Settings from flat field names (``alpha=0.1, lr=0.05``), each routed to its group.
+
+        Parameters
+        ----------
+        options
+            Method options by dashed key, as :attr:`options`.
+        **values
+            Fields of any group, or ``method``; an unknown name is a ``TypeError``.
+        """
+        method = values.pop("method", cls.__dataclass_fields__["method"].default)
+        groups = {g: cls._group_values(g, values) for g in GROUPS}
+        if values:
+            raise TypeError(f"RunSettings has no field(s) {', '.join(sorted(values))}")
+        built = {g: GROUPS[g](**v) for g, v in groups.items()}
+        return cls(method=method, **built, options=dict(options or {}))
+
+    @staticmethod
+    def _group_values(group: str, values: dict[str, Any]) -> dict[str, Any]:
+        names = [f.name for f in fields(GROUPS[group])]
+        return {n: values.pop(n) for n in names if n in values}
+
+    def updated(self, **values: Any) -> RunSettings:
+        """A copy with flat field names replaced in their groups (``num_partitions=8``)."""
+        changes: dict[str, Any] = {}
+        if "method" in values:
+            changes["method"] = values.pop("method")
+        for g in GROUPS:
+            own = self._group_values(g, values)
+            if own:
+                changes[g] = replace(getattr(self, g), **own)
+        if values:
+            raise TypeError(f"RunSettings has no field(s) {', '.join(sorted(values))}")
+        return replace(self, **changes)
+
     # -- parsing -----------------------------------------------------------------------
     @classmethod
     def fields_as_options(cls) -> tuple[Option, ...]:
-        """Every field as an :class:`Option` (its doc, default and range)."""
-        return _FIELD_OPTIONS
+        """Every field of every group as an :class:`Option` (its doc, default and range)."""
+        return tuple(_FIELD_OPTIONS.values())
+
+    @classmethod
+    def attribute_of(cls, key: str) -> str:
+        """Where a run-config key is read in code: ``alpha`` -> ``data.alpha``.
+
+        A method option (not a field of any group) reads ``option("<key>")``.
+        """
+        return _ATTRIBUTE.get(key, f'option("{key}")')
 
     @classmethod
     def from_run_config(
@@ -252,15 +114,14 @@ class RunSettings:
         would otherwise silently keep a default); ints are accepted where floats
         are expected, never the reverse.
         """
-        own = {o.key: o for o in _FIELD_OPTIONS}
         declared = {o.key: o for o in options}
         values: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         unknown = []
         for key, raw in run_config.items():
             key = str(key)
-            if key in own:
-                values[own[key].name] = own[key].coerce(raw)
+            if key in _FIELD_OPTIONS:
+                values[_FIELD_OPTIONS[key].name] = _FIELD_OPTIONS[key].coerce(raw)
             elif key in declared:
                 extra[key] = declared[key].parse(raw)
             else:
@@ -268,15 +129,18 @@ class RunSettings:
         if unknown:
             raise ConfigError(
                 f"unknown run-config key(s) {', '.join(sorted(unknown))}; known: "
-                + ", ".join([*own, *declared])
+                + ", ".join([*_FIELD_OPTIONS, *declared])
             )
         for o in declared.values():
             extra.setdefault(o.key, o.default)
-        return cls(**values, options=extra)
+        return cls.of(options=extra, **values)
 
     def to_dict(self) -> dict[str, Any]:
         """Dashed keys, as in pyproject.toml: what the results file records."""
-        out = {o.key: getattr(self, o.name) for o in _FIELD_OPTIONS}
+        out = {"method": self.method}
+        for g in GROUPS:
+            group = getattr(self, g)
+            out |= {f.name.replace("_", "-"): getattr(group, f.name) for f in fields(group)}
         return out | dict(self.options)
 
     def option(self, key: str) -> Any:
@@ -288,123 +152,74 @@ class RunSettings:
 
     # -- validation --------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise :class:`ConfigError` naming the key and the allowed values."""
-        for opt in _FIELD_OPTIONS:
-            opt.check(getattr(self, opt.name))
-        if self.channels == 2:
-            raise ConfigError("channels must be 1 (grey), 3 (RGB) or 0 (the data's own), got 2")
-        if self.pretrain_client_size == 1:
-            raise ConfigError("pretrain-client-size must be 0 (= partition-size) or >= 2")
-        if self.num_partitions and self.clients_per_round > self.num_partitions:
+        """Raise :class:`ConfigError` naming the key and the allowed values.
+
+        Each group checks its own fields when it is built; what spans groups is here.
+        """
+        _FIELD_OPTIONS["method"].check(self.method)
+        for g, cls in GROUPS.items():
+            if not isinstance(getattr(self, g), cls):
+                raise TypeError(f"RunSettings.{g} must be a {cls.__name__}")
+        data, training = self.data, self.training
+        if data.num_partitions and training.clients_per_round > data.num_partitions:
             raise ConfigError(
-                f"clients-per-round={self.clients_per_round} exceeds num-partitions="
-                f"{self.num_partitions}"
-            )
-        if 0 < self.update_norm_factor <= 1:
-            raise ConfigError(
-                f"update-norm-factor={self.update_norm_factor} would drop honest updates above "
-                "the round's median; use a value > 1 (default 10), or 0 to turn it off"
+                f"clients-per-round={training.clients_per_round} exceeds num-partitions="
+                f"{data.num_partitions}"
             )
 
     # -- derived -----------------------------------------------------------------------
-    @property
-    def base_dataset(self) -> str:
-        key = self.dataset.strip().lower()
-        return key[len("rotated-") :] if key.startswith("rotated-") else key
-
-    @property
-    def total_partitions(self) -> int:
-        """Training clients plus held-out new clients: the number of SuperNodes."""
-        return self.num_partitions + self.new_clients
-
-    @property
-    def partitions_from_nodes(self) -> bool:
-        """``num-partitions = 0``: the run takes the nodes that connect (see :meth:`with_nodes`)."""
-        return self.num_partitions == 0
-
     def with_nodes(self, num_nodes: int) -> RunSettings:
         """``num-partitions = 0`` settled: ``num_nodes`` SuperNodes, less the new clients, train.
 
         ``clients-per-round`` is capped at that number. Settings with an explicit
         ``num-partitions`` are returned unchanged.
         """
-        if not self.partitions_from_nodes:
+        data = self.data
+        if not data.partitions_from_nodes:
             return self
-        train = int(num_nodes) - self.new_clients
+        train = int(num_nodes) - data.new_clients
         if train < 1:
             raise ConfigError(
                 f"num-partitions=0 takes the nodes that connect, less new-clients="
-                f"{self.new_clients}; {num_nodes} node(s) leave no training client"
+                f"{data.new_clients}; {num_nodes} node(s) leave no training client"
             )
-        return replace(
-            self, num_partitions=train, clients_per_round=min(self.clients_per_round, train)
+        return self.updated(
+            num_partitions=train, clients_per_round=min(self.training.clients_per_round, train)
         )
-
-    @property
-    def explained_variance_or_none(self) -> float | None:
-        return self.explained_variance if self.explained_variance > 0 else None
-
-    @property
-    def data_root_or_none(self) -> str | None:
-        return self.data_root or None
 
     def federation_kwargs(self) -> dict[str, Any]:
         """Arguments of :func:`ripple_flwr.data.build_federation` (besides the dataset)."""
+        data = self.data
         kwargs: dict[str, Any] = {
-            "num_partitions": self.num_partitions,
-            "partition_size": self.partition_size,
-            "alpha": float(self.alpha),
-            "aux_size": self.aux_size,
-            "num_components": self.num_components,
-            "label_kind": self.label_kind,
-            "test_fraction": float(self.test_fraction),
-            "seed": self.data_seed,
+            "num_partitions": data.num_partitions,
+            "partition_size": data.partition_size,
+            "alpha": float(data.alpha),
+            "aux_size": data.aux_size,
+            "num_components": self.embedding.num_components,
+            "label_kind": data.label_kind,
+            "test_fraction": float(data.test_fraction),
+            "seed": data.data_seed,
         }
-        if self.partition_size_spread != 1:  # absent when equal: earlier caches stay valid
-            kwargs["size_spread"] = float(self.partition_size_spread)
-        if self.new_clients:  # absent when 0, so runs without new clients share a cache
-            kwargs["new_partitions"] = self.new_clients
-            kwargs["alpha_new"] = float(self.alpha_new)
+        if data.partition_size_spread != 1:  # absent when equal: earlier caches stay valid
+            kwargs["size_spread"] = float(data.partition_size_spread)
+        if data.new_clients:  # absent when 0, so runs without new clients share a cache
+            kwargs["new_partitions"] = data.new_clients
+            kwargs["alpha_new"] = float(data.alpha_new)
         return kwargs
-
-    def cache_root(self) -> Path:
-        """``cache-dir``, else :func:`machine_cache_root`."""
-        if self.cache_dir:
-            return Path(self.cache_dir).expanduser()
-        return machine_cache_root()
 
     def key(self) -> str:
         """A short hash of all settings (in-process cache key)."""
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _field_options() -> tuple[Option, ...]:
-    hints = get_type_hints(RunSettings)
-    out = []
-    for f in fields(RunSettings):
-        if f.name == "options":
-            continue
-        hint = hints[f.name]
-        choices: tuple[str, ...] = ()
-        if get_origin(hint) is Literal:
-            choices = get_args(hint)
-            hint = type(choices[0])
-        m = f.metadata
-        out.append(
-            Option(
-                f.name.replace("_", "-"),
-                hint,
-                f.default,
-                m["doc"],
-                low=m["low"],
-                high=m["high"],
-                low_open=m["low_open"],
-                high_open=m["high_open"],
-                choices=choices,
-                finite=m["finite"],
-            )
-        )
-    return tuple(out)
+def _field_options() -> dict[str, Option]:
+    out = {"method": field_option(RunSettings, RunSettings.__dataclass_fields__["method"])}
+    for cls in GROUPS.values():
+        out |= {o.key: o for o in (field_option(cls, f) for f in fields(cls))}
+    return out
 
 
 _FIELD_OPTIONS = _field_options()
+_ATTRIBUTE = {"method": "method"} | {
+    f.name.replace("_", "-"): f"{g}.{f.name}" for g, cls in GROUPS.items() for f in fields(cls)
+}

@@ -76,13 +76,13 @@ def node_name(node_config: Mapping[str, Any]) -> str:
 def check_mode(settings: RunSettings, node_config: Mapping[str, Any]) -> None:
     """Refuse a node whose config belongs to the other data mode."""
     has_data = bool(str(node_config.get("data", "")).strip())
-    if settings.client_data == "benchmark" and has_data:
+    if settings.data.client_data == "benchmark" and has_data:
         raise ClientDataError(
             f"node holds its own data (node config data={node_config['data']!r}) but the run "
             "uses benchmark partitions (client-data='benchmark'); run with "
             "client-data='local', or start the node without data="
         )
-    if settings.client_data == "local" and not has_data:
+    if settings.data.client_data == "local" and not has_data:
         raise ClientDataError(
             "the run trains on each node's own files (client-data='local') but this node has "
             "no data; start it with --node-config \"data='<path>'\" (an ImageFolder, a .npz or "
@@ -125,11 +125,11 @@ def local_data(
     classes, shape = _run_data(settings, state)
     path = str(node_config["data"]).strip()
     seed = int(node_config.get("data-seed", 0))
-    test_fraction = float(node_config.get("test-fraction", settings.test_fraction))
+    test_fraction = float(node_config.get("test-fraction", settings.data.test_fraction))
     if not 0.0 < test_fraction < 1.0:
         raise ClientDataError(f"node config test-fraction must be in (0, 1), got {test_fraction}")
-    image_column = str(node_config.get("image-column", settings.image_column))
-    label_column = str(node_config.get("label-column", settings.label_column))
+    image_column = str(node_config.get("image-column", settings.data.image_column))
+    label_column = str(node_config.get("label-column", settings.data.label_column))
     meta = {
         "version": LOCAL_CACHE_VERSION,
         "path": str(Path(path).expanduser().resolve()),
@@ -170,7 +170,7 @@ def _decoded(
     label_column: str,
 ) -> tuple[np.ndarray, np.ndarray]:
     """uint8 images and labels: from the disk cache, else decoded (and cached)."""
-    cache = settings.cache_root() / "local-data" / f"{key}.npz"
+    cache = settings.outputs.cache_root() / "local-data" / f"{key}.npz"
     if cache.is_file():
         try:
             with np.load(cache, allow_pickle=False) as f:

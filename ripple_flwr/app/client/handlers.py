@@ -98,7 +98,7 @@ def node_data(context: Context) -> tuple[RunSettings, ClientData]:
     node_config = dict(context.node_config)
     check_mode(settings, node_config)
     settings = node_settings(settings, node_config)
-    if settings.client_data == "local":
+    if settings.data.client_data == "local":
         return settings, local_data(settings, node_config, context.state)
     return settings, benchmark_data(settings, check_partition(settings, node_config))
 
@@ -110,7 +110,7 @@ def node_settings(settings: RunSettings, node_config: dict[str, Any]) -> RunSett
     count the server settles on; the benchmark partitions are built for it. A node
     with its own data needs no count: its settings stay as the run config says.
     """
-    if not settings.partitions_from_nodes or settings.client_data == "local":
+    if not settings.data.partitions_from_nodes or settings.data.client_data == "local":
         return settings
     if "num-partitions" not in node_config:
         raise ValueError(
@@ -162,7 +162,7 @@ def handle_query(msg: Message, context: Context) -> Message:
     seconds = time.perf_counter() - t0
     info: dict[str, Any] = {
         "partition-id": -1 if data.pid is None else data.pid,
-        "num-partitions": settings.total_partitions,
+        "num-partitions": settings.data.total_partitions,
         "num-examples": int(len(data.y_train)),
         "num-test-examples": int(len(data.y_test)),
         "summary": kind,
@@ -171,7 +171,7 @@ def handle_query(msg: Message, context: Context) -> Message:
         "seconds": float(seconds),
         "data": data.source,
     }
-    if settings.partitions_from_nodes:  # own data, num-partitions=0: the server counts
+    if settings.data.partitions_from_nodes:  # own data, num-partitions=0: the server counts
         info.pop("num-partitions")
     if data.source == "local":
         info.update(

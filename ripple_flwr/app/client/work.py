@@ -49,9 +49,9 @@ def device() -> str:
 
 def _limit_threads(settings: RunSettings) -> None:
     """One torch thread per client process by default: many processes share two cores."""
-    if settings.client_threads and RUNTIME.threads != settings.client_threads:
-        torch.set_num_threads(settings.client_threads)
-        RUNTIME.threads = settings.client_threads
+    if settings.training.client_threads and RUNTIME.threads != settings.training.client_threads:
+        torch.set_num_threads(settings.training.client_threads)
+        RUNTIME.threads = settings.training.client_threads
 
 
 def embedder_for(settings: RunSettings, image_shape: tuple[int, int, int]) -> SpectralEmbedder:
@@ -62,12 +62,15 @@ def embedder_for(settings: RunSettings, image_shape: tuple[int, int, int]) -> Sp
 
 def _model_for(settings: RunSettings, image_shape, num_classes: int) -> torch.nn.Module:
     """A reusable model skeleton; its weights are always overwritten by the received ones."""
-    key = (settings.model, tuple(image_shape), num_classes, settings.pretrained)
+    key = (settings.training.model, tuple(image_shape), num_classes, settings.training.pretrained)
     # The architecture only: the ImageNet weights reach a client as the server's model.
     return RUNTIME.model.get(
         key,
         lambda: build_model(
-            settings.model, image_shape, num_classes, pretrained=settings.pretrained
+            settings.training.model,
+            image_shape,
+            num_classes,
+            pretrained=settings.training.pretrained,
         ),
     )
 
@@ -84,12 +87,13 @@ def check_partition(settings: RunSettings, node_config: dict[str, Any]) -> int:
             "--node-config 'partition-id=<i> num-partitions=<n>'"
         )
     pid = int(node_config["partition-id"])
-    total = settings.total_partitions
+    total = settings.data.total_partitions
     n_node = int(node_config.get("num-partitions", total))
     if n_node != total:
         raise ValueError(
             f"node has num-partitions={n_node} but the run has {total} partitions "
-            f"(num-partitions={settings.num_partitions} + new-clients={settings.new_clients}); "
+            f"(num-partitions={settings.data.num_partitions} + "
+            f"new-clients={settings.data.new_clients}); "
             "in simulation num-supernodes must equal that sum"
         )
     if not 0 <= pid < total:
@@ -174,10 +178,10 @@ def train_client(
 def _shuffle_seed(settings: RunSettings, server_round: int, data: ClientData) -> int:
     """The seed of a round's local shuffles: the run's seed, the round and the client."""
     if data.pid is not None:
-        keys = [settings.seed, server_round, data.pid]
+        keys = [settings.training.seed, server_round, data.pid]
     else:  # a node with its own data: keyed by what it holds, not by where the server put it
         digest = hashlib.sha256(data.y_train.tobytes() + data.name.encode()).digest()
-        keys = [settings.seed, server_round, int.from_bytes(digest[:4], "big"), 1]
+        keys = [settings.training.seed, server_round, int.from_bytes(digest[:4], "big"), 1]
     return int(np.random.SeedSequence(keys).generate_state(1)[0])
 
 

@@ -57,7 +57,7 @@ def log_folders(settings: RunSettings) -> dict[str, Any]:
     folders: dict[str, Any] = {
         "output_folder": str(output_folder().expanduser().resolve()),
         "output_folder_from": OUTPUT_DIR_ENV if Environment.read().output_dir else "cwd",
-        "cache_folder": str(settings.cache_root().expanduser().resolve()),
+        "cache_folder": str(settings.outputs.cache_root().expanduser().resolve()),
         "working_folder": str(cwd),
         "home": str(Path.home()),
         "app_folder": None if app is None else str(app),

@@ -68,7 +68,7 @@ def results_record(
     """
     clients = strategy.clients
     # The headline: each client's accuracy counts once, unless the run asks for example weights.
-    score = "weighted_mean" if settings.headline_weighting == "examples" else "mean"
+    score = "weighted_mean" if settings.evaluation.headline_weighting == "examples" else "mean"
     accuracy = [e["accuracy"][score] for e in record["evaluations"]]
     zero_shot = record["zero_shot"]
     results = {
@@ -87,7 +87,7 @@ def results_record(
         "accuracy_per_round": accuracy_per_round(record["evaluations"]),
         "saved_run": sources["saved_run"],
         "num_models": strategy.num_models,
-        "final_accuracy_weighting": settings.headline_weighting,
+        "final_accuracy_weighting": settings.evaluation.headline_weighting,
         "zero_shot_accuracy": (zero_shot.get("accuracy") or {}).get(score),
         "train_loss_per_round": {str(r["round"]): r["train_loss"] for r in record["rounds"]},
         "bytes_per_round": {

@@ -52,7 +52,7 @@ def load_resume_state(settings: RunSettings, path: Path) -> dict[str, Any]:
     of the final round (the run died after it, before its results were written) is
     finished: the run writes its results without training again.
     """
-    auto = settings.resume.strip() == RESUME_AUTO
+    auto = settings.outputs.resume.strip() == RESUME_AUTO
     try:
         state = load_server_state(path)
     except (FileNotFoundError, IntegrityError) as err:
@@ -72,15 +72,15 @@ def load_resume_state(settings: RunSettings, path: Path) -> dict[str, Any]:
             + "\n  ".join(differ)
             + (AUTO_FIX if auto else "")
         )
-    done = int(state["round"]) >= settings.num_server_rounds
-    last = int(state["round"]) == settings.num_server_rounds
+    done = int(state["round"]) >= settings.training.num_server_rounds
+    last = int(state["round"]) == settings.training.num_server_rounds
     if done and last and auto:
         log.info("%s is after the last round: writing the run's results", path)
-    elif done and settings.new_clients and last:
+    elif done and settings.data.new_clients and last:
         log.info("%s is a finished run: onboarding its new clients only", path)
     elif done:
         raise ConfigError(
             f"{path} is after round {state['round']}, but num-server-rounds="
-            f"{settings.num_server_rounds}: nothing left to run (raise num-server-rounds)"
+            f"{settings.training.num_server_rounds}: nothing left to run (raise num-server-rounds)"
         )
     return state

@@ -34,9 +34,9 @@ from ripple_flwr.app.server.setup import (
     resolve_checkpoint,
     save_for_onboarding,
 )
-from ripple_flwr.app.server.strategies.core.admission import wait_for_settled_nodes
-from ripple_flwr.app.server.strategies.core.claims import load_partition_map
-from ripple_flwr.app.server.strategies.core.zero_shot import onboard_new_clients
+from ripple_flwr.app.server.strategies.core.evaluation.zero_shot import onboard_new_clients
+from ripple_flwr.app.server.strategies.core.roster.admission import wait_for_settled_nodes
+from ripple_flwr.app.server.strategies.core.roster.claims import load_partition_map
 from ripple_flwr.methods.registry import get_method
 from ripple_flwr.router.run_embedding import run_embedder
 from ripple_flwr.runs.outputs import (
@@ -76,18 +76,20 @@ def ship_embedding_dp(settings: RunSettings, ckpt, data: RunData, strategy) -> d
         ckpt,
         data,
         run_embedder(settings, data.image_shape),
-        epsilon=settings.embedding_dp_epsilon,
-        delta=settings.embedding_dp_delta,
-        clip=settings.embedding_dp_clip,
-        seed=settings.data_seed,
-        client_size=settings.partition_size,
+        epsilon=settings.embedding.embedding_dp_epsilon,
+        delta=settings.embedding.embedding_dp_delta,
+        clip=settings.embedding.embedding_dp_clip,
+        seed=settings.data.data_seed,
+        client_size=settings.data.partition_size,
     )
     strategy.roster.query_records.update(mechanism_records(mech))
     info = {
         "epsilon": mech.epsilon,
         "delta": mech.delta,
         "clip": mech.clip,
-        "clip_source": "run config" if settings.embedding_dp_clip else "server reference (q=0.9)",
+        "clip_source": "run config"
+        if settings.embedding.embedding_dp_clip
+        else "server reference (q=0.9)",
         "sigma": mech.sigma,
         "dims_noised": int(mech.basis.shape[1]),
         "mechanism": "Gaussian (analytic), ridge projection in the GMM-VAE input space",
@@ -111,18 +113,18 @@ def settle_partitions(grid: Grid, settings: RunSettings) -> RunSettings:
     clients); each simulated node builds the same from its own node config's
     ``num-partitions``. An explicit ``num-partitions`` is returned unchanged.
     """
-    if not settings.partitions_from_nodes:
+    if not settings.data.partitions_from_nodes:
         return settings
-    nodes = wait_for_settled_nodes(grid, settings.node_wait_timeout)
+    nodes = wait_for_settled_nodes(grid, settings.robustness.node_wait_timeout)
     resolved = settings.with_nodes(nodes)
     check_run(resolved)  # e.g. mnist-5k's 5,000 images for that many partitions
     log.info(
         "num-partitions=0: %d node(s) connected; the run has %d training partitions%s and "
         "trains %d a round",
         nodes,
-        resolved.num_partitions,
-        f" and {resolved.new_clients} new clients" if resolved.new_clients else "",
-        resolved.clients_per_round,
+        resolved.data.num_partitions,
+        f" and {resolved.data.new_clients} new clients" if resolved.data.new_clients else "",
+        resolved.training.clients_per_round,
     )
     return resolved
 
@@ -153,7 +155,7 @@ def prepare_run(settings: RunSettings, bound: dict[int, int] | None) -> Prepared
     router, checkpoint_info, ckpt = None, None, None
     if get_method(settings.method).needs_router:
         ckpt, checkpoint_info = resolve_checkpoint(settings, data.image_shape, data.classes_hash)
-        router = ckpt.router(settings.router)
+        router = ckpt.router(settings.embedding.router)
     pretrain_seconds = time.perf_counter() - t0
 
     state = initial_state(settings, data.image_shape, data.num_classes)
@@ -163,7 +165,7 @@ def prepare_run(settings: RunSettings, bound: dict[int, int] | None) -> Prepared
     strategy.roster.known_sizes = data.partition_sizes()
     strategy.roster.bound = bound
     embedding_dp = None
-    if settings.embedding_dp_epsilon:
+    if settings.embedding.embedding_dp_epsilon:
         embedding_dp = ship_embedding_dp(settings, ckpt, data, strategy)
     return PreparedRun(
         data,
@@ -241,17 +243,17 @@ def _run_server(
     t_start: float,
 ) -> Path:
     stage["stage"] = "waiting for nodes"
-    requested_partitions = settings.num_partitions
+    requested_partitions = settings.data.num_partitions
     settings = settle_partitions(grid, settings)
     stage["stage"] = "preparing"
-    bound = load_partition_map(settings.total_partitions)  # a bad file: one line, before work
+    bound = load_partition_map(settings.data.total_partitions)  # a bad file: one line, before work
     saved_state = None if resume_file is None else load_resume_state(settings, resume_file)
 
     prepared = prepare_run(settings, bound)
     strategy, data, state = prepared.strategy, prepared.data, prepared.state
     if resume_file is not None:
-        log.info("resume=%r: continuing from %s", settings.resume, resume_file)
-    if settings.checkpoint_every:
+        log.info("resume=%r: continuing from %s", settings.outputs.resume, resume_file)
+    if settings.outputs.checkpoint_every:
         strategy.checkpoint_path = results_path.with_suffix(".resume.npz")
     if saved_state is not None:
         state = resume_strategy(strategy, grid, saved_state, resume_file) or state
@@ -259,12 +261,12 @@ def _run_server(
     result = strategy.start(
         grid,
         state_to_record(state),
-        num_rounds=settings.num_server_rounds,
-        timeout=settings.round_timeout,
+        num_rounds=settings.training.num_server_rounds,
+        timeout=settings.robustness.round_timeout,
     )
     del result
     stage["stage"] = "finishing"
-    zero_shot = onboard_new_clients(strategy, grid) if settings.new_clients else {}
+    zero_shot = onboard_new_clients(strategy, grid) if settings.data.new_clients else {}
 
     record = {**strategy.run_record(), "zero_shot": zero_shot}
     embedding_dp = prepared.embedding_dp

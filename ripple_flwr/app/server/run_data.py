@@ -17,12 +17,11 @@ from typing import Any
 import numpy as np
 
 from ripple_flwr.app.protocol.messages import RUN_DATA, run_data_record
-from ripple_flwr.app.server.strategies.core.own_data import LocalData
+from ripple_flwr.app.server.strategies.core.roster.own_data import LocalData
 from ripple_flwr.data import Federation, ImageDataset, fold_labels
 from ripple_flwr.data.base import classes_hash
 from ripple_flwr.data.cache import cached_federation
 from ripple_flwr.data.local import LocalDataError, class_names_of, local_dataset
-from ripple_flwr.router.pretrain import class_list
 from ripple_flwr.settings import ConfigError, RunSettings
 
 
@@ -50,8 +49,8 @@ class RunData:
             ds.name,
             ds.image_shape,
             ds.classes,
-            settings.num_components,
-            settings.label_kind,
+            settings.embedding.num_components,
+            settings.data.label_kind,
             federation=fed,
             aux=aux,
         )
@@ -87,7 +86,7 @@ class RunData:
         """What nodes with their own data must report (None for benchmark runs)."""
         if self.source != "local":
             return None
-        return LocalData(self.classes_hash, self.image_shape, settings.num_partitions)
+        return LocalData(self.classes_hash, self.image_shape, settings.data.num_partitions)
 
     def partition_sizes(self) -> dict[int, tuple[int, int]] | None:
         """Each benchmark partition's (train, test) split sizes; ``None`` for nodes' own data."""
@@ -122,12 +121,12 @@ class RunData:
 def _aux(settings: RunSettings, classes: tuple[str, ...] | None, channels: int, size: int):
     try:
         return local_dataset(
-            settings.aux_data,
+            settings.data.aux_data,
             class_names=classes or None,
             channels=channels,
             size=size,
-            image_column=settings.image_column,
-            label_column=settings.label_column,
+            image_column=settings.data.image_column,
+            label_column=settings.data.label_column,
         )
     except LocalDataError as err:
         raise ConfigError(f"aux-data: {err}") from err
@@ -135,29 +134,34 @@ def _aux(settings: RunSettings, classes: tuple[str, ...] | None, channels: int, 
 
 def resolve_run_data(settings: RunSettings) -> RunData:
     """The run's data as the server sees it; a ``ConfigError`` before any round if it cannot."""
-    common = {"num_components": settings.num_components, "label_kind": settings.label_kind}
-    if settings.client_data == "benchmark":
+    common = {
+        "num_components": settings.embedding.num_components,
+        "label_kind": settings.data.label_kind,
+    }
+    if settings.data.client_data == "benchmark":
         fed = cached_federation(settings)
         ds = fed.dataset
         aux = None
-        if settings.aux_data:
+        if settings.data.aux_data:
             aux = _aux(settings, ds.classes, ds.image_shape[0], ds.image_shape[1])
         return RunData.of_federation(settings, fed, aux)
-    classes = class_list(settings.class_names)
-    if settings.aux_data:
+    classes = settings.data.class_list
+    if settings.data.aux_data:
         if not classes:
             try:
-                classes = class_names_of(settings.aux_data, label_column=settings.label_column)
+                classes = class_names_of(
+                    settings.data.aux_data, label_column=settings.data.label_column
+                )
             except LocalDataError as err:
                 raise ConfigError(f"aux-data: {err}") from err
-        aux = _aux(settings, classes, settings.channels, settings.image_size)
+        aux = _aux(settings, classes, settings.data.channels, settings.data.image_size)
         return RunData("local", aux.name, aux.image_shape, classes, aux=aux, **common)
     missing = [
         key
         for key, value in (
             ("class-names", classes),
-            ("image-size", settings.image_size),
-            ("channels", settings.channels),
+            ("image-size", settings.data.image_size),
+            ("channels", settings.data.channels),
         )
         if not value
     ]
@@ -166,5 +170,5 @@ def resolve_run_data(settings: RunSettings) -> RunData:
             "client-data='local' needs the run's classes and image shape: set aux-data to the "
             f"server's labelled files, or set {', '.join(missing)}"
         )
-    shape = (settings.channels, settings.image_size, settings.image_size)
+    shape = (settings.data.channels, settings.data.image_size, settings.data.image_size)
     return RunData("local", "local", shape, classes, **common)

@@ -44,7 +44,7 @@ def checkpoint_cache_path(settings: RunSettings) -> Path:
     # A change of the bank's sampling or of the checkpoint format invalidates it too.
     ps["versions"] = [CHECKPOINT_VERSION, BANK_FORMAT_VERSION]
     key = hashlib.sha256(json.dumps(ps, sort_keys=True, default=str).encode()).hexdigest()[:20]
-    return settings.cache_root() / "checkpoints" / f"gmm-vae-{key}.pt"
+    return settings.outputs.cache_root() / "checkpoints" / f"gmm-vae-{key}.pt"
 
 
 def resolve_checkpoint(
@@ -59,7 +59,9 @@ def resolve_checkpoint(
     expected = checkpoint_settings(
         ps,
         image_shape,
-        embedding_dim(image_shape, settings.J, settings.L, ps.embed_size or None),
+        embedding_dim(
+            image_shape, settings.embedding.J, settings.embedding.L, ps.embed_size or None
+        ),
         classes,
     )
     path = confined_checkpoint(settings)
@@ -102,16 +104,19 @@ def initial_state(
     ``pretrained`` the backbone is torchvision's ImageNet ResNet-18 in every
     one of them (only the new head differs by seed).
     """
-    seed = settings.seed
+    seed = settings.training.seed
     if index:
-        seed = int(np.random.SeedSequence([settings.seed, index]).generate_state(1)[0])
+        seed = int(np.random.SeedSequence([settings.training.seed, index]).generate_state(1)[0])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = build_model(
-            settings.model, image_shape, num_classes, pretrained=settings.pretrained
+            settings.training.model,
+            image_shape,
+            num_classes,
+            pretrained=settings.training.pretrained,
         )
-    if settings.pretrained:
-        load_imagenet_weights(model, settings.pretrained_weights or None)
+    if settings.training.pretrained:
+        load_imagenet_weights(model, settings.training.pretrained_weights or None)
     return get_state(model)
 
 
@@ -120,13 +125,13 @@ def pretrained_report(settings: RunSettings) -> dict[str, Any] | None:
 
     Offline with no file, the run stops here with the exact path to put the file at.
     """
-    if not settings.pretrained:
+    if not settings.training.pretrained:
         return None
     from ripple_flwr.training.pretrained import PretrainedWeightsError
 
-    model = build_model(settings.model, (3, 64, 64), 2, pretrained=True)
+    model = build_model(settings.training.model, (3, 64, 64), 2, pretrained=True)
     try:
-        report = load_imagenet_weights(model, settings.pretrained_weights or None)
+        report = load_imagenet_weights(model, settings.training.pretrained_weights or None)
     except (PretrainedWeightsError, ValueError) as err:
         raise ConfigError(" ".join(str(err).split())) from err
     return {k: report[k] for k in ("path", "sha256", "official", "loaded") if k in report}
@@ -170,13 +175,13 @@ def save_for_onboarding(
     if exports == "clusters":
         ckpt = Path(checkpoint_info["checkpoint"]).expanduser().resolve()
         router = {
-            "router": settings.router,
+            "router": settings.embedding.router,
             "router_checkpoint": str(ckpt),  # save_run records its SHA-256
             "component_map": strategy.component_map,
         }
     run = SavedRun(
         cluster_states=models,
-        model=settings.model,
+        model=settings.training.model,
         image_shape=tuple(int(v) for v in dataset.image_shape),
         num_classes=int(dataset.num_classes),
         settings=settings.to_dict(),

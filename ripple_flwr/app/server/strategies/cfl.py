@@ -60,7 +60,7 @@ from ripple_flwr.aggregation.clustering import (
     flatten,
 )
 from ripple_flwr.app.server.strategies.core.clustered import ClusterModels
-from ripple_flwr.app.server.strategies.core.replies import Accepted
+from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.methods.options import (
     CFL_EPS1,
     CFL_EPS2,
@@ -80,7 +80,7 @@ def first_split_round(fraction: float, num_rounds: int) -> int:
     return max(1, math.ceil(fraction * num_rounds - 1e-9))
 
 
-class CFL(ClusterModels):
+class CFLStrategy(ClusterModels):
     """Clustered FL by recursive bi-partitioning.
 
     Parameters
@@ -201,6 +201,6 @@ class CFL(ClusterModels):
         return rec
 
 
-def build_cfl(inp: MethodInputs) -> CFL:
+def build_cfl(inp: MethodInputs) -> CFLStrategy:
     """One model, with the true mixtures for the final clusters' ARI."""
-    return CFL(inp.settings, inp.initial_state, truth=inp.true_mixtures)
+    return CFLStrategy(inp.settings, inp.initial_state, truth=inp.true_mixtures)

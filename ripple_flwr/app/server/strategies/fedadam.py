@@ -9,7 +9,7 @@ from ripple_flwr.app.server.strategies.core.flower import FlowerModel, fedopt_kw
 from ripple_flwr.settings import RunSettings
 
 
-class FedAdamMethod(FlowerModel, FedAdam):
+class FedAdamStrategy(FlowerModel, FedAdam):
     """Flower's FedAdam over the app's clients; eta, beta1, beta2, tau from the run config."""
 
     state_fields = ("current_arrays", "m_t", "v_t")  # Flower's FedOpt state

@@ -9,7 +9,7 @@ from ripple_flwr.app.server.strategies.core.flower import FlowerModel
 from ripple_flwr.settings import RunSettings
 
 
-class FedAvgMethod(FlowerModel, FedAvg):
+class FedAvgStrategy(FlowerModel, FedAvg):
     """Flower's FedAvg (weighted by ``num-examples``) over the app's clients."""
 
     state_fields = ()

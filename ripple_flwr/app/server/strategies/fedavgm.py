@@ -14,7 +14,7 @@ from ripple_flwr.methods.options import FEDAVGM_MOMENTUM
 from ripple_flwr.settings import RunSettings
 
 
-class FedAvgMMethod(FlowerModel, FedAvgM):
+class FedAvgMStrategy(FlowerModel, FedAvgM):
     """Flower's FedAvgM over the app's clients; ``fedavgm-momentum`` and ``server-lr``."""
 
     state_fields = ("current_arrays", "momentum_vector")  # Flower's FedAvgM state
@@ -23,6 +23,6 @@ class FedAvgMMethod(FlowerModel, FedAvgM):
         super().__init__(
             settings,
             initial_state,
-            server_learning_rate=settings.server_lr,
+            server_learning_rate=settings.training.server_lr,
             server_momentum=FEDAVGM_MOMENTUM.of(settings),
         )

@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from ripple_flwr.app.server.strategies.core.global_model import GlobalModel, stacked_mean
-from ripple_flwr.app.server.strategies.core.replies import Accepted
+from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.settings import RunSettings
 from ripple_flwr.training.stateful import FEDDYN_ALPHA
 
 
-class FedDyn(GlobalModel):
+class FedDynStrategy(GlobalModel):
     """FedDyn: server state h, client state g_k; alpha = ``feddyn-alpha``."""
 
     state_fields = ("h",)

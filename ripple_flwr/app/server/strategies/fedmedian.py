@@ -13,7 +13,7 @@ from ripple_flwr.app.server.strategies.core.flower import FlowerModel
 from ripple_flwr.settings import RunSettings
 
 
-class FedMedianMethod(FlowerModel, FedMedian):
+class FedMedianStrategy(FlowerModel, FedMedian):
     """Flower's FedMedian over the app's clients."""
 
     state_fields = ()

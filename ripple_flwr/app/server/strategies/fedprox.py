@@ -14,7 +14,7 @@ from ripple_flwr.methods.options import PROXIMAL_MU
 from ripple_flwr.settings import RunSettings
 
 
-class FedProxMethod(FlowerModel, FedProx):
+class FedProxStrategy(FlowerModel, FedProx):
     """Flower's FedProx over the app's clients; ``proximal-mu`` from the run config."""
 
     state_fields = ()

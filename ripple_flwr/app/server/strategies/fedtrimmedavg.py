@@ -14,7 +14,7 @@ from ripple_flwr.methods.options import TRIMMED_BETA
 from ripple_flwr.settings import RunSettings
 
 
-class FedTrimmedAvgMethod(FlowerModel, FedTrimmedAvg):
+class FedTrimmedAvgStrategy(FlowerModel, FedTrimmedAvg):
     """Flower's FedTrimmedAvg over the app's clients; ``trimmed-beta`` from the run config."""
 
     state_fields = ()

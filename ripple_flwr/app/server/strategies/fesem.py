@@ -55,9 +55,9 @@ from flwr.app import ArrayRecord
 
 from ripple_flwr.aggregation.clustering import State, flatten, kmeans_lloyd
 from ripple_flwr.aggregation.mixing import uniform_sample
-from ripple_flwr.app.server.strategies.core.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.clustered import ClusterModels
-from ripple_flwr.app.server.strategies.core.replies import Accepted
+from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
+from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
 from ripple_flwr.methods.options import (
     FESEM_KMEANS_ITERS,
     FESEM_LAYER,
@@ -93,7 +93,7 @@ def clustering_keys(model: State, layer: str) -> list[str]:
     return [layer]
 
 
-class FeSEM(ClusterModels):
+class FeSEMStrategy(ClusterModels):
     """FeSEM with K = ``num-components`` centres, all started from one initial model.
 
     Parameters
@@ -118,7 +118,7 @@ class FeSEM(ClusterModels):
         self.kmeans_iters = FESEM_KMEANS_ITERS.of(settings) or CONVERGED_KMEANS_ITERS
         self.per_cluster = FESEM_SAMPLING.of(settings) == "per-cluster"
         self.cold_rng = np.random.default_rng(
-            np.random.SeedSequence([settings.seed, _COLD_START_KEY])
+            np.random.SeedSequence([settings.training.seed, _COLD_START_KEY])
         )
         dim = self.vector_size()
         self.centroids = np.zeros((self.num_models, dim), dtype=np.float64)
@@ -159,7 +159,7 @@ class FeSEM(ClusterModels):
         for k in range(self.num_models):  # in cluster order, so one seed gives one draw
             members = active[labels == k]
             if len(members) >= 2:  # the authors skip clusters of one client
-                size = min(self.settings.clients_per_round, len(members))
+                size = min(self.settings.training.clients_per_round, len(members))
                 picked.append(members[uniform_sample(len(members), size, self.rng)])
         if not picked:
             return super().sample_rows(server_round)
@@ -202,7 +202,9 @@ class FeSEM(ClusterModels):
             )
 
 
-def build_fesem(inp: MethodInputs) -> FeSEM:
+def build_fesem(inp: MethodInputs) -> FeSEMStrategy:
     """K centres, all copies of the one initial model (the authors' ``center_init``)."""
-    k = inp.settings.num_components
-    return FeSEM(inp.settings, [dict(inp.initial_state) for _ in range(k)], truth=inp.true_mixtures)
+    k = inp.settings.embedding.num_components
+    return FeSEMStrategy(
+        inp.settings, [dict(inp.initial_state) for _ in range(k)], truth=inp.true_mixtures
+    )

@@ -57,10 +57,10 @@ from ripple_flwr.aggregation.descriptors import (
     projection,
 )
 from ripple_flwr.app.protocol.records import state_to_record
-from ripple_flwr.app.server.strategies.core.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.clustered import ClusterModels
-from ripple_flwr.app.server.strategies.core.fields import SIZE_CAP_FACTOR
-from ripple_flwr.app.server.strategies.core.replies import Accepted
+from ripple_flwr.app.server.strategies.core.replies.fields import SIZE_CAP_FACTOR
+from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
+from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
 from ripple_flwr.app.server.strategies.flux_descriptors import DescriptorRound, descriptor_round
 from ripple_flwr.methods.options import (
     FLUX_ACCURACY_DELTA,
@@ -75,7 +75,7 @@ from ripple_flwr.settings import ConfigError, RunSettings
 log = logging.getLogger("flwr.ripple")
 
 
-class FLUX(ClusterModels):
+class FLUXStrategy(ClusterModels):
     """FLUX over the app's clients.
 
     Parameters
@@ -191,7 +191,12 @@ class FLUX(ClusterModels):
         global_model = self.models[0]
         nodes = list(self.clients.node_ids)
         rnd = descriptor_round(
-            grid, nodes, state_to_record(global_model), layout, self.latent_dim, s.round_timeout
+            grid,
+            nodes,
+            state_to_record(global_model),
+            layout,
+            self.latent_dim,
+            s.robustness.round_timeout,
         )
         self._pending[0] += rnd.bytes_down
         self._pending[1] += rnd.bytes_up
@@ -254,7 +259,7 @@ class FLUX(ClusterModels):
             state_to_record(self.descriptor_model),
             layout,
             self.latent_dim,
-            self.settings.round_timeout,
+            self.settings.robustness.round_timeout,
         )
         largest = int(np.bincount(self.assignment, minlength=self.num_models).argmax())
         labels = np.full(len(nodes), largest, dtype=np.int64)
@@ -324,6 +329,6 @@ class FLUX(ClusterModels):
         return rec
 
 
-def build_flux(inp: MethodInputs) -> FLUX:
+def build_flux(inp: MethodInputs) -> FLUXStrategy:
     """One model, with the true mixtures for the final clusters' ARI."""
-    return FLUX(inp.settings, inp.initial_state, truth=inp.true_mixtures)
+    return FLUXStrategy(inp.settings, inp.initial_state, truth=inp.true_mixtures)

@@ -46,9 +46,9 @@ from ripple_flwr.aggregation.clustering import State, redraw_until_balanced, sma
 from ripple_flwr.app.protocol.candidates import payload_nbytes
 from ripple_flwr.app.server.strategies.core.base import states_to_records
 from ripple_flwr.app.server.strategies.core.clustered import ClusterModels
-from ripple_flwr.app.server.strategies.core.fields import REPLY_ERRORS
-from ripple_flwr.app.server.strategies.core.replies import Accepted, check_choice
-from ripple_flwr.app.server.strategies.core.scoring import evaluate_on
+from ripple_flwr.app.server.strategies.core.evaluation.scoring import evaluate_on
+from ripple_flwr.app.server.strategies.core.replies.fields import REPLY_ERRORS
+from ripple_flwr.app.server.strategies.core.replies.validation import Accepted, check_choice
 from ripple_flwr.methods.options import IFCA_INIT_BALANCE, IFCA_INIT_DRAWS
 from ripple_flwr.methods.registry import MethodInputs
 from ripple_flwr.settings import RunSettings
@@ -56,7 +56,7 @@ from ripple_flwr.settings import RunSettings
 log = logging.getLogger("flwr.ripple")
 
 
-class IFCA(ClusterModels):
+class IFCAStrategy(ClusterModels):
     """IFCA with K = ``num-components`` models.
 
     Parameters
@@ -195,7 +195,9 @@ class IFCA(ClusterModels):
         return rec
 
 
-def build_ifca(inp: MethodInputs) -> IFCA:
+def build_ifca(inp: MethodInputs) -> IFCAStrategy:
     """K distinct seeded initial models (and the re-draws of ``ifca-init-balance``)."""
-    k = inp.settings.num_components
-    return IFCA(inp.settings, inp.initial_states(k), truth=inp.true_mixtures, draw=inp.draws(k))
+    k = inp.settings.embedding.num_components
+    return IFCAStrategy(
+        inp.settings, inp.initial_states(k), truth=inp.true_mixtures, draw=inp.draws(k)
+    )

@@ -14,7 +14,7 @@ from ripple_flwr.methods.options import KRUM_MALICIOUS
 from ripple_flwr.settings import ConfigError, RunSettings
 
 
-class KrumMethod(FlowerModel, Krum):
+class KrumStrategy(FlowerModel, Krum):
     """Flower's Krum over the app's clients; ``krum-malicious`` from the run config."""
 
     state_fields = ()
@@ -23,10 +23,11 @@ class KrumMethod(FlowerModel, Krum):
     def check_settings(cls, settings: RunSettings) -> None:
         """Krum needs n >= 2f + 3 replies a round to pick one from its neighbours."""
         f = KRUM_MALICIOUS.of(settings)
-        if settings.clients_per_round < 2 * f + 3:
+        if settings.training.clients_per_round < 2 * f + 3:
             raise ConfigError(
                 f"Krum needs clients-per-round >= 2 x krum-malicious + 3 = {2 * f + 3}, got "
-                f"{settings.clients_per_round}; lower krum-malicious or raise clients-per-round"
+                f"{settings.training.clients_per_round}; lower krum-malicious or raise "
+                "clients-per-round"
             )
 
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:

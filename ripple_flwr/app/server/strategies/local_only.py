@@ -10,14 +10,14 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import ArrayRecord
 
-from ripple_flwr.app.server.strategies.core.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.base import states_to_records
-from ripple_flwr.app.server.strategies.core.replies import Accepted
+from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
+from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.server_models import ServerModels
 from ripple_flwr.settings import RunSettings
 
 
-class LocalOnly(ServerModels):
+class LocalOnlyStrategy(ServerModels):
     """One model per client, never shared; all start from the same initialisation.
 
     Parameters

@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from ripple_flwr.app.server.strategies.core.global_model import GlobalModel, stacked_mean
-from ripple_flwr.app.server.strategies.core.replies import Accepted
+from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 
 
-class PerFedAvg(GlobalModel):
+class PerFedAvgStrategy(GlobalModel):
     """Per-FedAvg (FO): the example-weighted mean of the clients' meta-trained models."""
 
     state_fields = ()  # GlobalModel's

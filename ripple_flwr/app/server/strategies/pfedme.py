@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from ripple_flwr.app.server.strategies.core.global_model import GlobalModel, stacked_mean
-from ripple_flwr.app.server.strategies.core.replies import Accepted
+from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.methods.options import PFEDME_BETA
 from ripple_flwr.settings import RunSettings
 
 
-class PFedMe(GlobalModel):
+class PFedMeStrategy(GlobalModel):
     """pFedMe: the server's beta-mix of the global model and the clients' local models."""
 
     state_fields = ()  # GlobalModel's

@@ -21,9 +21,9 @@ from ripple_flwr.aggregation.mixing import (
     unstack,
 )
 from ripple_flwr.aggregation.robust import unsafe_stacked_steps
-from ripple_flwr.app.server.strategies.core.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.base import states_to_records
-from ripple_flwr.app.server.strategies.core.replies import Accepted
+from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
+from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.server_models import ServerModels
 from ripple_flwr.methods.registry import MethodInputs
 from ripple_flwr.router.routers import Router
@@ -90,15 +90,18 @@ class RippleStrategy(ServerModels):
     ) -> None:
         if router is None and weights is None:
             raise ValueError("RippleStrategy needs a router or fixed weights (the oracle)")
-        super().__init__(settings, initial_state)
-        self.k = settings.num_components
+        routed = router is not None and weights is None  # the oracle's clients send nothing
+        super().__init__(
+            settings,
+            initial_state,
+            summary_kind=router.needs if routed else "none",
+            summary_dim=router.input_dim if routed else None,
+        )
+        self.k = settings.embedding.num_components
         self.router = router
         self.fixed_weights = None if weights is None else np.asarray(weights, dtype=np.float64)
         self.truth = None if truth is None else np.asarray(truth, dtype=np.float64)
         self.eps = eps
-        if router is not None and weights is None:
-            self.summary_kind = router.needs
-            self.summary_dim = router.input_dim
         self.initial_state = initial_state
         self.stacked = stack_models(initial_state, self.k)
         self.raw_weights: np.ndarray | None = None  # (rows, K): the router's w, rows = clients
@@ -161,7 +164,7 @@ class RippleStrategy(ServerModels):
                 self.routing["ari"],
                 self.routing["ari_clients"],
             )
-        if self.settings.refine == "hdb":
+        if self.settings.embedding.refine == "hdb":
             self.refine(w, pids)
         self.weights = self.model_weights(w)
         mass = self.weights.sum(axis=0)
@@ -169,7 +172,7 @@ class RippleStrategy(ServerModels):
 
     def refine(self, w: np.ndarray, pids: np.ndarray) -> None:
         """Ripple-HDB: HDBSCAN over sqrt-JS distances of w; K_hat models from the map."""
-        res = refine_hdb(w, min_cluster_size=self.settings.min_cluster_size)
+        res = refine_hdb(w, min_cluster_size=self.settings.embedding.min_cluster_size)
         self.hdb = res
         for event in res.events:
             log.warning("Ripple-HDB: %s", event)
@@ -200,7 +203,7 @@ class RippleStrategy(ServerModels):
         """
         asked = self.roster.releases.requests
         super().admit(grid, server_round)
-        keep = self.checkpoint_path is not None and self.settings.checkpoint_every
+        keep = self.checkpoint_path is not None and self.settings.outputs.checkpoint_every
         if keep and self.roster.releases.requests != asked:
             save_server_state(self.checkpoint_path, self.server_state(server_round - 1))
             log.info("round %d: server state saved with the new DP releases", server_round)
@@ -225,7 +228,7 @@ class RippleStrategy(ServerModels):
 
     def sample_rows(self, server_round: int) -> np.ndarray:
         """Stratified: every cluster with mass gets a representative; else uniform."""
-        if self.settings.sampling != "stratified":
+        if self.settings.training.sampling != "stratified":
             return super().sample_rows(server_round)
         active = self.active_rows()
         if not len(active):
@@ -271,7 +274,7 @@ class RippleStrategy(ServerModels):
         wrows = self.weights[[a.row for a in accepted]]
         with worker_threads() as workers:
             updated = apply_stacked_deltas(
-                self.stacked, deltas, wrows, self.settings.server_lr, self.eps, workers
+                self.stacked, deltas, wrows, self.settings.training.server_lr, self.eps, workers
             )
         for c, reason in enumerate(unsafe_stacked_steps(self.stacked, updated)):
             if reason is not None:

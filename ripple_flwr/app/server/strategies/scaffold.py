@@ -18,14 +18,14 @@ from flwr.app import ArrayRecord, ConfigRecord
 from ripple_flwr.aggregation.robust import update_norm
 from ripple_flwr.app.protocol.records import state_to_record
 from ripple_flwr.app.server.strategies.core.global_model import GlobalModel
-from ripple_flwr.app.server.strategies.core.replies import Accepted, state_reference
+from ripple_flwr.app.server.strategies.core.replies.validation import Accepted, state_reference
 from ripple_flwr.settings import RunSettings
 
 # Float32 rounding on the client: an honest control meets the bound to about 1e-6.
 CONTROL_SLACK = 1.001
 
 
-class Scaffold(GlobalModel):
+class ScaffoldStrategy(GlobalModel):
     """SCAFFOLD: server control c, client controls c_i (``scaffold`` client rule)."""
 
     state_fields = ("control",)  # the server's c, saved for a resumed run
@@ -49,7 +49,7 @@ class Scaffold(GlobalModel):
             float(np.sum((a.extras["control"][k].astype(np.float64) + c[k]) ** 2)) for k in c
         )
         moved = update_norm(self.global_state, a.state)
-        bound = moved / self.settings.lr
+        bound = moved / self.settings.training.lr
         if np.sqrt(pushed) > CONTROL_SLACK * bound + 1e-6:
             return (
                 f"control delta moves c by {np.sqrt(pushed):.4g}, more than its own update "
@@ -63,7 +63,7 @@ class Scaffold(GlobalModel):
         return [{"control": control, **e} for e in extras]
 
     def update(self, accepted: list[Accepted]) -> dict[str, np.ndarray]:
-        eta = self.settings.server_lr
+        eta = self.settings.training.server_lr
         total_clients = len(self.clients)
         new = self.non_float_from(accepted)
         for k in self.float_keys:

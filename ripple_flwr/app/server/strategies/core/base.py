@@ -41,23 +41,23 @@ from ripple_flwr.aggregation.mixing import uniform_sample
 from ripple_flwr.app.protocol.candidates import Payload
 from ripple_flwr.app.protocol.messages import train_config
 from ripple_flwr.app.protocol.records import state_to_record
-from ripple_flwr.app.server.strategies.core.accepting import ReplyAcceptance
-from ripple_flwr.app.server.strategies.core.accounting import (
-    EvaluationRecord,
-    Ledger,
-    RoundRecord,
-)
-from ripple_flwr.app.server.strategies.core.admission import ClientRoster, QueryResult
-from ripple_flwr.app.server.strategies.core.evaluation_rounds import EvaluationRounds
-from ripple_flwr.app.server.strategies.core.grid import PollingGrid
-from ripple_flwr.app.server.strategies.core.loop import run_rounds
-from ripple_flwr.app.server.strategies.core.replies import (
+from ripple_flwr.app.server.strategies.core.evaluation.rounds import EvaluationRounds
+from ripple_flwr.app.server.strategies.core.replies.acceptance import ReplyAcceptance
+from ripple_flwr.app.server.strategies.core.replies.validation import (
     Accepted,
     Reference,
     state_reference,
 )
-from ripple_flwr.app.server.strategies.core.restore import restored_fields
-from ripple_flwr.app.server.strategies.core.state import to_plain
+from ripple_flwr.app.server.strategies.core.roster.admission import ClientRoster, QueryResult
+from ripple_flwr.app.server.strategies.core.rounds.accounting import (
+    EvaluationRecord,
+    Ledger,
+    RoundRecord,
+)
+from ripple_flwr.app.server.strategies.core.rounds.grid import PollingGrid
+from ripple_flwr.app.server.strategies.core.rounds.loop import run_rounds
+from ripple_flwr.app.server.strategies.core.state.plain import to_plain
+from ripple_flwr.app.server.strategies.core.state.restore import restored_fields
 from ripple_flwr.runs.results import message_nbytes
 from ripple_flwr.runs.resume import save_server_state
 from ripple_flwr.settings import RunSettings
@@ -73,7 +73,12 @@ def states_to_records(states: Sequence[dict[str, np.ndarray]]) -> list[ArrayReco
 
 def client_train_config(settings: RunSettings) -> ConfigRecord:
     """What every training message carries besides the model (Flower's strategies add theirs)."""
-    return train_config(settings.lr, settings.momentum, settings.local_epochs, settings.batch_size)
+    return train_config(
+        settings.training.lr,
+        settings.training.momentum,
+        settings.training.local_epochs,
+        settings.training.batch_size,
+    )
 
 
 class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
@@ -85,8 +90,6 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
     ``state_fields`` and :meth:`check_settings`.
     """
 
-    summary_kind: str = "none"
-    summary_dim: int | None = None
     round_offset: int = 0  # rounds already done before this process (a resumed run)
     checkpoint_path: Path | None = None  # where the server state goes every checkpoint-every
     # Attributes that make up the method's server state between rounds (numpy arrays, dicts,
@@ -98,15 +101,45 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
     extra_reply_references: dict[str, Reference] = {}  # noqa: RUF012 (read-only default)
 
     def __init__(
-        self, settings: RunSettings, reference: dict[str, np.ndarray], **kwargs: Any
+        self,
+        settings: RunSettings,
+        reference: dict[str, np.ndarray],
+        *,
+        summary_kind: str = "none",
+        summary_dim: int | None = None,
+        roster: ClientRoster | None = None,
+        ledger: Ledger | None = None,
+        **kwargs: Any,
     ) -> None:
+        """The app's side of a method's strategy.
+
+        Parameters
+        ----------
+        settings
+            The run's settings.
+        reference
+            The initial model's state: every training reply is checked against its keys,
+            shapes and dtypes.
+        summary_kind, summary_dim
+            What each client must send in the one-shot query round (``"none"``, or the
+            router's ``"embedding"`` / ``"mean"`` of that length).
+        roster, ledger
+            Who takes part and what each round cost: built from ``settings`` when not given.
+        **kwargs
+            The arguments of the Flower class after this one in a method's bases, if any.
+        """
         super().__init__(**kwargs)  # the Flower class after this one in the MRO, if any
         self.settings = settings
+        self.summary_kind, self.summary_dim = summary_kind, summary_dim
         self.reference = state_reference(reference)
-        self.rng = np.random.default_rng(np.random.SeedSequence([settings.seed, _SAMPLER_KEY]))
-        self.num_rounds = settings.num_server_rounds
-        self.ledger = Ledger()
-        self.roster = ClientRoster(settings, self.summary_kind, self.summary_dim)
+        self.rng = np.random.default_rng(
+            np.random.SeedSequence([settings.training.seed, _SAMPLER_KEY])
+        )
+        self.num_rounds = settings.training.num_server_rounds
+        self.ledger = Ledger() if ledger is None else ledger
+        self.roster = (
+            ClientRoster(settings, summary_kind, summary_dim) if roster is None else roster
+        )
         self.final_global: ArrayRecord | None = None
         self._sent_messages: list[tuple[int, Message]] = []  # (row, training message) this round
         self._round: RoundRecord | None = None
@@ -154,7 +187,6 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
 
     def prepare(self, grid: Grid) -> QueryResult:
         """Wait for the nodes and run the one-shot round; then :meth:`setup`."""
-        self.roster.summary_kind, self.roster.summary_dim = self.summary_kind, self.summary_dim
         clients = self.roster.prepare(grid)
         self.ledger.query_seconds = self.roster.query_seconds
         self.setup(clients)
@@ -185,14 +217,14 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
 
     def active_rows(self) -> np.ndarray:
         """Rows that may be sampled: not failed ``max-failures`` training rounds in a row."""
-        limit = self.settings.max_failures
+        limit = self.settings.robustness.max_failures
         usable = np.ones(len(self.clients), dtype=bool)
         usable[[r for r, n in self.failures.items() if n >= limit and r < len(usable)]] = False
         return np.flatnonzero(usable).astype(np.int64)
 
     def round_size(self, available: int) -> int:
         """Clients per round, fewer when fewer are usable (a smaller round, not a failure)."""
-        return min(self.settings.clients_per_round, available)
+        return min(self.settings.training.clients_per_round, available)
 
     def sample_rows(self, server_round: int) -> np.ndarray:
         """Rows (clients) trained this round: uniform without replacement over active rows."""
@@ -255,12 +287,12 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
         ``timeout`` (per round) defaults to the run's ``round-timeout``;
         ``train_config`` to the run's client optimiser settings. A resumed run
         continues from the round after :attr:`round_offset` (see
-        :func:`~ripple_flwr.app.server.strategies.core.loop.run_rounds`).
+        :func:`~ripple_flwr.app.server.strategies.core.rounds.loop.run_rounds`).
         """
         if evaluate_fn is not None:
             raise ValueError("the app evaluates on the clients; evaluate_fn is not supported")
         self.num_rounds = num_rounds
-        timeout = self.settings.round_timeout if timeout is None else timeout
+        timeout = self.settings.robustness.round_timeout if timeout is None else timeout
         if train_config is None:
             train_config = client_train_config(self.settings)
         if self.clients is None:
@@ -278,6 +310,7 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
             timeout,
             train_config,
             ConfigRecord() if evaluate_config is None else evaluate_config,
+            checkpoint=self.maybe_checkpoint,
         )
         # No aggregate at all (every reply refused): the model is still the one it started with.
         if not len(result.arrays):
@@ -369,7 +402,11 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
         self.round_offset = int(state["round"])
 
     def maybe_checkpoint(self, server_round: int) -> None:
-        every = self.settings.checkpoint_every
+        """Save the server state after ``server_round`` when ``checkpoint-every`` says so.
+
+        The round loop calls it after each round's evaluation.
+        """
+        every = self.settings.outputs.checkpoint_every
         if self.checkpoint_path is None or not every:
             return
         if server_round % every == 0 or server_round == self.num_rounds:
@@ -382,12 +419,12 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
         log.info(
             "\t├──> %s: %d clients/round of %d, %d rounds, eval every %d (fraction %g), seed %d",
             type(self).__name__,
-            s.clients_per_round,
-            s.num_partitions,
+            s.training.clients_per_round,
+            s.data.num_partitions,
             self.num_rounds,
-            s.eval_every,
-            s.eval_fraction,
-            s.seed,
+            s.evaluation.eval_every,
+            s.evaluation.eval_fraction,
+            s.training.seed,
         )
         super().summary()
 

@@ -18,9 +18,9 @@ from flwr.app import ArrayRecord
 
 from ripple_flwr.aggregation.clustering import State, cluster_means, float_keys
 from ripple_flwr.aggregation.robust import unsafe_step
-from ripple_flwr.app.server.strategies.core.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.base import states_to_records
-from ripple_flwr.app.server.strategies.core.replies import Accepted
+from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
+from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.server_models import ServerModels
 from ripple_flwr.runs.results import hard_ari
 from ripple_flwr.settings import RunSettings

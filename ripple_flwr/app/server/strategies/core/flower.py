@@ -23,9 +23,9 @@ from flwr.serverapp import Grid
 
 from ripple_flwr.aggregation.robust import unsafe_step
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
-from ripple_flwr.app.server.strategies.core.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.base import AppStrategy
-from ripple_flwr.app.server.strategies.core.grid import SampledGrid
+from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
+from ripple_flwr.app.server.strategies.core.rounds.grid import SampledGrid
 from ripple_flwr.methods.options import FEDOPT_BETA1, FEDOPT_BETA2, FEDOPT_ETA, FEDOPT_TAU
 from ripple_flwr.settings import RunSettings
 
@@ -143,7 +143,11 @@ def fedopt_kwargs(settings: RunSettings, moments: bool = True) -> dict:
 
     ``moments=False`` for FedAdagrad, whose Flower class fixes both betas at 0.
     """
-    kwargs = {"eta": FEDOPT_ETA.of(settings), "eta_l": settings.lr, "tau": FEDOPT_TAU.of(settings)}
+    kwargs = {
+        "eta": FEDOPT_ETA.of(settings),
+        "eta_l": settings.training.lr,
+        "tau": FEDOPT_TAU.of(settings),
+    }
     if moments:
         kwargs |= {"beta_1": FEDOPT_BETA1.of(settings), "beta_2": FEDOPT_BETA2.of(settings)}
     return kwargs

@@ -21,8 +21,8 @@ from flwr.app import ArrayRecord, ConfigRecord
 from ripple_flwr.aggregation.robust import unsafe_step
 from ripple_flwr.app.protocol.messages import RULE, rule_record
 from ripple_flwr.app.protocol.records import state_to_record
-from ripple_flwr.app.server.strategies.core.admission import QueryResult
-from ripple_flwr.app.server.strategies.core.replies import Accepted
+from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
+from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.server_models import ServerModels
 from ripple_flwr.settings import RunSettings
 

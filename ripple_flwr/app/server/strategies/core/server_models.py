@@ -18,7 +18,7 @@ from flwr.serverapp import Grid
 from ripple_flwr.app.protocol.candidates import Payload, payload_records
 from ripple_flwr.app.protocol.messages import with_round
 from ripple_flwr.app.server.strategies.core.base import AppStrategy
-from ripple_flwr.app.server.strategies.core.replies import Accepted
+from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 
 
 class ServerModels(AppStrategy):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ripple_flwr.app.protocol.messages import NAME_LIMIT
-from ripple_flwr.app.server.strategies.core.fields import as_count, as_flag, as_text
+from ripple_flwr.app.server.strategies.core.replies.fields import as_count, as_flag, as_text
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Part of :class:`~ripple_flwr.app.server.strategies.core.base.AppStrategy` (a mixin
 it is built from). Every client gets the model(s) it would receive on eval
 rounds; the replies are scored in one place
-(:func:`~ripple_flwr.app.server.strategies.core.replies.collect_evaluations`).
+(:func:`~ripple_flwr.app.server.strategies.core.replies.validation.collect_evaluations`).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 
 from ripple_flwr.app.protocol.candidates import payload_nbytes, payload_size
-from ripple_flwr.app.server.strategies.core.accounting import EvaluationRecord
-from ripple_flwr.app.server.strategies.core.replies import (
+from ripple_flwr.app.server.strategies.core.evaluation.scoring import evaluate_messages, score_stats
+from ripple_flwr.app.server.strategies.core.replies.validation import (
     collect_evaluations,
 )
-from ripple_flwr.app.server.strategies.core.scoring import evaluate_messages, score_stats
+from ripple_flwr.app.server.strategies.core.rounds.accounting import EvaluationRecord
 
 log = logging.getLogger("flwr.ripple")
 
@@ -50,7 +50,10 @@ class EvaluationRounds:
     an ``eval-fraction`` sample of them (:func:`eval_sample`)."""
 
     def is_eval_round(self, server_round: int) -> bool:
-        return server_round % self.settings.eval_every == 0 or server_round == self.num_rounds
+        return (
+            server_round % self.settings.evaluation.eval_every == 0
+            or server_round == self.num_rounds
+        )
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -59,7 +62,9 @@ class EvaluationRounds:
         if not self.is_eval_round(server_round):
             return []
         s = self.settings
-        rows = eval_sample(len(self.clients), s.eval_fraction, s.seed, server_round)
+        rows = eval_sample(
+            len(self.clients), s.evaluation.eval_fraction, s.training.seed, server_round
+        )
         payloads = self.eval_payloads_of(arrays, rows)
         node_ids = [self.clients.node_ids[r] for r in rows.tolist()]
         messages = evaluate_messages(node_ids, payloads, server_round)
@@ -80,12 +85,6 @@ class EvaluationRounds:
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         """Sample-weighted mean and spread of the clients' personalised accuracies."""
-        try:
-            return self._score_round(server_round, replies)
-        finally:
-            self.maybe_checkpoint(server_round)
-
-    def _score_round(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         if not self._eval_sent:
             return None
         pending = {str(m.metadata.message_id): row for row, m in self._eval_sent}
@@ -95,7 +94,7 @@ class EvaluationRounds:
             pending,
             self.clients.partition_ids,
             self.clients.known_tests(),
-            self.settings.round_timeout,
+            self.settings.robustness.round_timeout,
             server_round,
             num_candidates=self._eval_candidates,
         )
@@ -145,7 +144,7 @@ class EvaluationRounds:
         row_of = {p: r for r, p in enumerate(self.clients.partition_ids)}
         for c in scored:
             row = row_of[c.partition]
-            if self.failures.get(row, 0) >= self.settings.max_failures:
+            if self.failures.get(row, 0) >= self.settings.robustness.max_failures:
                 log.info(
                     "round %d: partition %d answers again; back in sampling",
                     server_round,

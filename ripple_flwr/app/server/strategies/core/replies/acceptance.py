@@ -3,7 +3,7 @@
 Part of :class:`~ripple_flwr.app.server.strategies.core.base.AppStrategy` (a mixin
 it is built from; it reads the strategy's settings, roster and the messages
 of the round). Validation, the counts held to the query round's sizes, then the
-registered reply defences in order (:mod:`~ripple_flwr.app.server.strategies.core.defences`:
+registered reply defences in order (:mod:`~ripple_flwr.app.server.strategies.core.replies.defences`:
 the method's own check, the update bound, any added), and the failures of each client.
 """
 
@@ -16,12 +16,12 @@ import numpy as np
 from flwr.app import Message
 
 from ripple_flwr.app.protocol.records import record_to_state
-from ripple_flwr.app.server.strategies.core.accounting import Dropped
-from ripple_flwr.app.server.strategies.core.defences import apply_defences
-from ripple_flwr.app.server.strategies.core.replies import (
+from ripple_flwr.app.server.strategies.core.replies.defences import apply_defences
+from ripple_flwr.app.server.strategies.core.replies.validation import (
     Accepted,
     check_train_replies,
 )
+from ripple_flwr.app.server.strategies.core.rounds.accounting import Dropped
 from ripple_flwr.runs.results import message_nbytes
 
 log = logging.getLogger("flwr.ripple")
@@ -34,7 +34,7 @@ class ReplyAcceptance:
         """Validate every reply in one place; the usable ones in row order.
 
         A reply is matched to the message it answers; its model must pass
-        :func:`~ripple_flwr.app.server.strategies.core.replies.validate_train_reply`; its
+        :func:`~ripple_flwr.app.server.strategies.core.replies.validation.validate_train_reply`; its
         ``num-examples`` is held to the client's training split size from the
         query round; its update must be in proportion with the round's (see
         :func:`ripple_flwr.aggregation.robust.out_of_bound`). Clients that failed
@@ -50,7 +50,7 @@ class ReplyAcceptance:
             self.reference,
             self.clients.partition_ids,
             server_round,
-            self.settings.round_timeout,
+            self.settings.robustness.round_timeout,
             extra_references=self.extra_reply_references,
         )
         for a in accepted:
@@ -131,7 +131,7 @@ class ReplyAcceptance:
                 continue  # a bad reply came back: the node is alive
             row = row_of[d.partition]
             self.failures[row] = self.failures.get(row, 0) + 1
-            if self.failures[row] == self.settings.max_failures:
+            if self.failures[row] == self.settings.robustness.max_failures:
                 log.warning(
                     "round %d: partition %d failed %d rounds in a row; left out of sampling "
                     "until it answers an evaluation",

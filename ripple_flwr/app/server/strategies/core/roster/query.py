@@ -3,7 +3,7 @@
 :func:`query_round` asks nodes for their partition id, split sizes and (unless
 the kind is ``none``) their summary; :class:`QueryResult` holds the usable
 clients in partition order. Who is asked when is
-:class:`~ripple_flwr.app.server.strategies.core.admission.ClientRoster`'s business.
+:class:`~ripple_flwr.app.server.strategies.core.roster.admission.ClientRoster`'s business.
 """
 
 from __future__ import annotations
@@ -18,14 +18,19 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 from ripple_flwr.app.protocol.messages import CONFIG, QUERY, query_config
-from ripple_flwr.app.server.strategies.core.claims import binding_refusal
-from ripple_flwr.app.server.strategies.core.fields import REPLY_ERRORS, as_count, as_number, as_text
-from ripple_flwr.app.server.strategies.core.grid import send_and_receive
-from ripple_flwr.app.server.strategies.core.own_data import (
+from ripple_flwr.app.server.strategies.core.replies.fields import (
+    REPLY_ERRORS,
+    as_count,
+    as_number,
+    as_text,
+)
+from ripple_flwr.app.server.strategies.core.roster.claims import binding_refusal
+from ripple_flwr.app.server.strategies.core.roster.own_data import (
     LocalData,
     assign_local,
     check_local_info,
 )
+from ripple_flwr.app.server.strategies.core.rounds.grid import send_and_receive
 from ripple_flwr.runs.results import message_nbytes
 
 log = logging.getLogger("flwr.ripple")

@@ -5,13 +5,15 @@ Flower's own loop always counts from 1, so a resumed run would hand every hook a
 round number off by the rounds already done. Here the round a hook receives is
 the run's round, in every hook, from one place. The strategy supplies only
 Flower's four hooks; the loop is Flower's (``Result``, the same calls in the
-same order, the same metrics kept).
+same order, the same metrics kept), plus the run's checkpoint after each round's
+evaluation (also when that evaluation raised, so a crash keeps the last round).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
@@ -29,8 +31,10 @@ def run_rounds(
     timeout: float,
     train_config: ConfigRecord,
     evaluate_config: ConfigRecord,
+    checkpoint: Callable[[int], None] | None = None,
 ) -> Result:
-    """Rounds ``first_round`` .. ``num_rounds``: train, aggregate, evaluate, aggregate."""
+    """Rounds ``first_round`` .. ``num_rounds``: train, aggregate, evaluate, aggregate,
+    then ``checkpoint(round)`` (the strategy decides whether this round is saved)."""
     result = Result()
     t_start = time.time()
     for rnd in range(first_round, num_rounds + 1):
@@ -47,7 +51,11 @@ def run_rounds(
             messages=strategy.configure_evaluate(rnd, arrays, evaluate_config, grid),
             timeout=timeout,
         )
-        eval_metrics = strategy.aggregate_evaluate(rnd, replies)
+        try:
+            eval_metrics = strategy.aggregate_evaluate(rnd, replies)
+        finally:
+            if checkpoint is not None:
+                checkpoint(rnd)
         if eval_metrics is not None:
             result.evaluate_metrics_clientapp[rnd] = eval_metrics
     log.info("Strategy execution finished in %.2fs", time.time() - t_start)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ripple_flwr.app.server.strategies.core.state import from_plain, to_plain
+from ripple_flwr.app.server.strategies.core.state.plain import from_plain, to_plain
 
 __all__ = ["FIELD_BOUNDS", "restored_fields"]
 
@@ -43,7 +43,7 @@ def _norms(value: Any, ceiling: float, where: str = "") -> str | None:
 
 def _accepted_norms(value: Any, strategy: Any) -> str | None:
     # The update bound's history: out_of_bound accepts no norm above max-update-norm.
-    return _norms(value, float(strategy.settings.max_update_norm))
+    return _norms(value, float(strategy.settings.robustness.max_update_norm))
 
 
 # A field's bounds beyond its kind, by field name: (saved value, strategy) -> problem.

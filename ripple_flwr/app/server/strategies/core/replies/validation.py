@@ -16,13 +16,13 @@ import numpy as np
 from flwr.app import Message, MetricRecord
 
 from ripple_flwr.app.protocol.records import record_to_state
-from ripple_flwr.app.server.strategies.core.accounting import ClientScore, Dropped
-from ripple_flwr.app.server.strategies.core.fields import (
+from ripple_flwr.app.server.strategies.core.replies.fields import (
     MAX_CLIENT_EXAMPLES,
     REPLY_ERRORS,
     as_count,
     as_number,
 )
+from ripple_flwr.app.server.strategies.core.rounds.accounting import ClientScore, Dropped
 
 log = logging.getLogger("flwr.ripple")
 

@@ -17,7 +17,11 @@ from typing import Any
 import numpy as np
 from flwr.serverapp import Grid
 
-from ripple_flwr.app.server.strategies.core.scoring import best_by_loss, evaluate_on, score_stats
+from ripple_flwr.app.server.strategies.core.evaluation.scoring import (
+    best_by_loss,
+    evaluate_on,
+    score_stats,
+)
 
 log = logging.getLogger("flwr.ripple")
 
@@ -39,7 +43,9 @@ def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
         "names": list(new.names),
     }
     if not len(new):
-        log.warning("new-clients=%d but no new client answered; no zero-shot score", s.new_clients)
+        log.warning(
+            "new-clients=%d but no new client answered; no zero-shot score", s.data.new_clients
+        )
         return rec
     t0 = time.perf_counter()
     payloads = strategy.onboard_payloads(new)
@@ -49,7 +55,7 @@ def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
         rec["supported"] = False
         return rec
     t0 = time.perf_counter()
-    per_client, failed = evaluate_on(grid, new, payloads, last, s.round_timeout)
+    per_client, failed = evaluate_on(grid, new, payloads, last, s.robustness.round_timeout)
     embed = float(np.mean(new.client_seconds)) if new.client_seconds else 0.0
     rec.update(
         {
@@ -72,8 +78,8 @@ def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
         1000 * server_seconds / len(new),
     )
     refs = strategy.reference_models()
-    if s.best_by_loss and len(refs) > 1:
-        rec["best_by_loss"] = best_by_loss(grid, new, refs, last, s.round_timeout)
+    if s.evaluation.best_by_loss and len(refs) > 1:
+        rec["best_by_loss"] = best_by_loss(grid, new, refs, last, s.robustness.round_timeout)
         log.info(
             "zero-shot best-by-loss over %d models (reference): accuracy %.4f",
             len(refs),

@@ -1,6 +1,6 @@
 """Node admission: the one-shot query round and late joiners (waiting for nodes: node_wait).
 
-The one-shot round (:mod:`~ripple_flwr.app.server.strategies.core.query`) maps every
+The one-shot round (:mod:`~ripple_flwr.app.server.strategies.core.roster.query`) maps every
 node to its partition (and collects the summary Ripple routes with); the
 :class:`ClientRoster` keeps the usable training clients in partition order, the
 held-out new clients beside them, and admits nodes that connect later with one
@@ -18,22 +18,22 @@ from typing import Any
 from flwr.serverapp import Grid
 
 from ripple_flwr.app.protocol.records import DP_CONFIG, DP_RECORD
-from ripple_flwr.app.server.strategies.core.fields import SIZE_CAP_FACTOR, size_cap
-from ripple_flwr.app.server.strategies.core.node_wait import (
+from ripple_flwr.app.server.strategies.core.replies.fields import SIZE_CAP_FACTOR, size_cap
+from ripple_flwr.app.server.strategies.core.replies.releases import ReleaseLedger
+from ripple_flwr.app.server.strategies.core.roster.node_wait import (
     MIN_CLIENTS,
     NotEnoughClientsError,
     wait_for_nodes,
     wait_for_settled_nodes,
 )
-from ripple_flwr.app.server.strategies.core.own_data import LocalData
-from ripple_flwr.app.server.strategies.core.query import (
+from ripple_flwr.app.server.strategies.core.roster.own_data import LocalData
+from ripple_flwr.app.server.strategies.core.roster.query import (
     QUERY_TYPE,
     QueryResult,
     query_round,
     split_new,
     validate_summary,
 )
-from ripple_flwr.app.server.strategies.core.releases import ReleaseLedger
 from ripple_flwr.settings import ConfigError, RunSettings
 
 __all__ = [
@@ -114,8 +114,8 @@ class ClientRoster:
             node_ids,
             kind,
             dim,
-            s.total_partitions,
-            s.round_timeout,
+            s.data.total_partitions,
+            s.robustness.round_timeout,
             taken=taken,
             extra=extra,
             local=self.local,
@@ -135,9 +135,9 @@ class ClientRoster:
         s = self.settings
         node_ids = wait_for_nodes(
             grid,
-            s.num_partitions,
-            s.node_wait_timeout,
-            allowed=s.total_partitions,
+            s.data.num_partitions,
+            s.robustness.node_wait_timeout,
+            allowed=s.data.total_partitions,
             local=self.local is not None,
         )
         t0 = time.perf_counter()
@@ -147,7 +147,7 @@ class ClientRoster:
         self._correct(everyone)
         self.size_cap = size_cap(everyone.num_examples)
         self._cap(everyone)
-        clients, new = split_new(everyone, s.num_partitions)
+        clients, new = split_new(everyone, s.data.num_partitions)
         clients.rejected = everyone.rejected
         self.new_clients = new
         reasons = "; ".join(f"node {n}: {r}" for n, r in list(clients.rejected.items())[:5])
@@ -156,12 +156,12 @@ class ClientRoster:
                 f"no usable training client after the query round (the run needs at least "
                 f"{MIN_CLIENTS}). Left out: {reasons}"
             )
-        if len(clients) < s.clients_per_round:
+        if len(clients) < s.training.clients_per_round:
             log.warning(
                 "only %d usable clients after the query round but clients-per-round=%d: "
                 "every round trains all %d. Left out: %s",
                 len(clients),
-                s.clients_per_round,
+                s.training.clients_per_round,
                 len(clients),
                 reasons,
             )
@@ -259,7 +259,7 @@ class ClientRoster:
         took_over = self._take_over(result, free, server_round)
         self._correct(result)
         self._cap(result)  # a late joiner is held to the cap the first round set
-        train, new = split_new(result, s.num_partitions)
+        train, new = split_new(result, s.data.num_partitions)
         self.clients.rejected.update(result.rejected)
         if len(new):
             self.new_clients.extend(new)

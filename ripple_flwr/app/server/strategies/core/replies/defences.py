@@ -1,7 +1,7 @@
 """The defences every valid training reply passes before any method sees it: one list.
 
 A reply is first converted and checked in one place
-(:func:`~ripple_flwr.app.server.strategies.core.replies.check_train_replies`: structure,
+(:func:`~ripple_flwr.app.server.strategies.core.replies.validation.check_train_replies`: structure,
 finite values, shapes, the round's timeout) and its ``num-examples`` held to the client's
 training split size; then every :class:`ReplyDefence` of :data:`REPLY_DEFENCES` runs, in
 order, on the replies the ones before it kept. A defence returns, for each reply, the reason
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ripple_flwr.aggregation.robust import out_of_bound, out_of_rescale, state_norm, update_stats
 
 if TYPE_CHECKING:
-    from ripple_flwr.app.server.strategies.core.replies import Accepted
+    from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 
 # Rounds of accepted update norms and radial steps the update bound remembers.
 HISTORY_ROUNDS = 5
@@ -64,7 +64,20 @@ REPLY_DEFENCES: list[ReplyDefence] = []
 
 
 def register_defence(defence: ReplyDefence, *, before: str | None = None) -> ReplyDefence:
-    """Add ``defence`` at the end of the list (or before the one named ``before``)."""
+    """Add ``defence`` at the end of the list (or before the one named ``before``).
+
+    Parameters
+    ----------
+    defence
+        The defence (docs/adding-a-defence.md); its name must be new.
+    before
+        The name of a registered defence to run it before (``None``: after all).
+
+    Returns
+    -------
+    ReplyDefence
+        ``defence``, registered.
+    """
     names = [d.name for d in REPLY_DEFENCES]
     if defence.name in names:
         raise ValueError(f"defence {defence.name!r} is registered already")
@@ -78,7 +91,17 @@ def register_defence(defence: ReplyDefence, *, before: str | None = None) -> Rep
 def apply_defences(
     strategy: Any, server_round: int, accepted: list[Accepted]
 ) -> tuple[list[Accepted], list[tuple[Accepted, str]]]:
-    """The replies every registered defence keeps, and the dropped ones with their reason."""
+    """The replies every registered defence keeps, and the dropped ones with their reason.
+
+    Parameters
+    ----------
+    strategy
+        The method's strategy (its settings and the history a defence reads).
+    server_round
+        The round the replies answer.
+    accepted
+        The round's replies that passed validation, in arrival order.
+    """
     dropped: list[tuple[Accepted, str]] = []
     for defence in list(REPLY_DEFENCES):
         if not accepted:
@@ -107,7 +130,7 @@ def update_bound(strategy: Any, server_round: int, accepted: Sequence[Accepted])
     :data:`HISTORY_ROUNDS` rounds' accepted replies; the kept ones join that history.
     """
     s = strategy.settings
-    if s.update_norm_factor <= 0 and s.max_update_norm <= 0:
+    if s.robustness.update_norm_factor <= 0 and s.robustness.max_update_norm <= 0:
         return [None] * len(accepted)
     origins = strategy.update_origins(list(accepted))
     model_norm: dict[int, float] = {}  # one norm per distinct model sent
@@ -121,14 +144,16 @@ def update_bound(strategy: Any, server_round: int, accepted: Sequence[Accepted])
     by_norm = out_of_bound(
         norms,
         strategy._accepted_norms,
-        s.update_norm_factor,
-        s.max_update_norm,
+        s.robustness.update_norm_factor,
+        s.robustness.max_update_norm,
         model_norms=[model_norm[id(o)] for o in origins],
     )
-    by_rescale = out_of_rescale(radials, strategy._accepted_radials, s.update_norm_factor)
+    by_rescale = out_of_rescale(
+        radials, strategy._accepted_radials, s.robustness.update_norm_factor
+    )
     reasons = [r1 or r2 for r1, r2 in zip(by_norm, by_rescale, strict=True)]
     kept = [i for i, r in enumerate(reasons) if r is None]
-    keep = HISTORY_ROUNDS * max(s.clients_per_round, 1)
+    keep = HISTORY_ROUNDS * max(s.training.clients_per_round, 1)
     strategy._accepted_norms = (strategy._accepted_norms + [norms[i] for i in kept])[-keep:]
     strategy._accepted_radials = (strategy._accepted_radials + [radials[i] for i in kept])[-keep:]
     return reasons

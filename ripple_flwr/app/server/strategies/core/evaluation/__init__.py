@@ -1,0 +1,1 @@
+"""Personalised evaluation rounds, their scoring, and zero-shot onboarding after training."""
