@@ -306,12 +306,22 @@ def which_when() -> str:
             "These are four tables on one dataset, two of them at one seed; this list says no "
             "more than they do. "
             + (
-                "The heterogeneity map (docs/which-method.md) adds other strengths of label "
-                f"skew, quantity skew and rotation at {ev.seeds_text(ev.load(MAP)['seeds'])} so "
-                "far; label skew and rotation together is not measured."
+                _map_scope(ev.load(MAP))
                 if (ev.RESULTS / MAP).is_file()
                 else "Quantity skew, label skew and rotation together, and other strengths of "
                 "each shift are not measured: the heterogeneity map has not been run."
             ),
         ]
+    )
+
+
+def _map_scope(d: dict) -> str:
+    """What the committed map adds to the four tables: its cells, seeds and missing runs."""
+    cells = ", ".join(f"`{c}`" for c in d["cells"])
+    missing = len(d.get("missing") or [])
+    state = f"{missing} of its runs still missing" if missing else "every run done"
+    return (
+        f"The heterogeneity map ([which-method.md](which-method.md#the-heterogeneity-map)) "
+        f"adds the cells {cells} at {ev.seeds_text(d['seeds'])} "
+        f"({state})."
     )

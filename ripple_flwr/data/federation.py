@@ -134,18 +134,14 @@ def build_federation(
     n = len(cluster)
     num_labels = len(np.unique(cluster))
     natural = dataset.groups is not None
-    for name, value, low in (
-        ("num_partitions", num_partitions, 1),
-        ("partition_size", partition_size, 2),
-        ("new_partitions", new_partitions, 0),
-        ("num_components", num_components, 1),
-        ("aux_size", aux_size, 1),
-        ("seed", seed, 0),
-    ):
-        if natural and name == "partition_size":
-            continue
-        if int(value) != value or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    _check_counts(
+        num_partitions=num_partitions,
+        partition_size=None if natural else partition_size,
+        new_partitions=new_partitions,
+        num_components=num_components,
+        aux_size=aux_size,
+        seed=seed,
+    )
     if natural:
         return natural_federation(
             dataset,
@@ -178,10 +174,6 @@ def build_federation(
         sizes,
         seed,
     )
-    splits = [
-        train_test_split_indices(rows, test_fraction, derived_seed(seed, _SPLIT_KEY, pid))
-        for pid, rows in enumerate(clients)
-    ]
     settings = {
         "dataset": dataset.name,
         "num_rows": n,
@@ -198,15 +190,46 @@ def build_federation(
         "alpha_new": float(alpha_new),
         **({"size_spread": float(size_spread)} if size_spread != 1 else {}),
     }
+    return _assemble(dataset, aux, clients, cluster, settings)
+
+
+def _assemble(
+    dataset: ImageDataset,
+    aux: np.ndarray,
+    clients: list[np.ndarray],
+    cluster: np.ndarray,
+    settings: dict[str, Any],
+) -> Federation:
+    """The federation of these clients' rows: each split into train/test by its own seed.
+
+    ``settings`` must hold ``num_partitions``, ``num_components``, ``test_fraction`` and
+    ``seed``; the first ``num_partitions`` clients train, the rest are new clients.
+    """
+    fraction, seed = settings["test_fraction"], settings["seed"]
+    splits = [
+        train_test_split_indices(rows, fraction, derived_seed(seed, _SPLIT_KEY, pid))
+        for pid, rows in enumerate(clients)
+    ]
     return Federation(
         dataset=dataset,
         aux_indices=aux,
         train_indices=[train for train, _ in splits],
         test_indices=[test for _, test in splits],
-        mixtures=true_mixtures(clients, cluster, num_components),
-        num_train_partitions=int(num_partitions),
+        mixtures=true_mixtures(clients, cluster, settings["num_components"]),
+        num_train_partitions=settings["num_partitions"],
         settings=settings,
     )
+
+
+_LOWEST = {"num_partitions": 1, "partition_size": 2, "num_components": 1, "aux_size": 1}
+
+
+def _check_counts(**counts: Any) -> None:
+    """Each count an integer at or above its least value (``None``: not checked)."""
+    for name, value in counts.items():
+        low = _LOWEST.get(name, 0)
+        if value is not None and (int(value) != value or value < low):
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 def _check_split(
@@ -294,6 +317,37 @@ def natural_aux(
     return server[aux]
 
 
+def _natural_groups(dataset: ImageDataset, cluster: np.ndarray) -> np.ndarray:
+    """``dataset.groups`` checked: one integer id >= -1 per row."""
+    groups = np.asarray(dataset.groups)
+    if groups.shape != cluster.shape or (
+        len(groups) and not np.issubdtype(groups.dtype, np.integer)
+    ):
+        raise ValueError(
+            f"{dataset.name!r}: groups must be one integer per row ({cluster.shape}), "
+            f"got {groups.dtype} {groups.shape}"
+        )
+    groups = groups.astype(np.int64, copy=False)
+    if len(groups) and groups.min() < -1:
+        raise ValueError(f"{dataset.name!r}: group ids must be >= -1, got {int(groups.min())}")
+    return groups
+
+
+def _user_rows(name: str, groups: np.ndarray, users: np.ndarray) -> list[np.ndarray]:
+    """Each user's rows (sorted), in ``users``' order; a user needs a train and a test row."""
+    order = np.argsort(groups, kind="stable")
+    starts = np.searchsorted(groups[order], users, side="left")
+    ends = np.searchsorted(groups[order], users, side="right")
+    clients = [np.sort(order[a:b]).astype(np.int64) for a, b in zip(starts, ends, strict=True)]
+    for pid, (user, rows) in enumerate(zip(users, clients, strict=True)):
+        if len(rows) < 2:
+            raise ValueError(
+                f"user {int(user)} of {name!r} (client {pid}) has {len(rows)} image(s); "
+                "a client needs >= 2 (a train and a test row)"
+            )
+    return clients
+
+
 def natural_federation(
     dataset: ImageDataset,
     *,
@@ -320,17 +374,7 @@ def natural_federation(
         raise ValueError(f"{dataset.name!r} has no natural groups (dataset.groups is None)")
     cluster, _ = dataset.cluster_labels(label_kind)
     cluster = np.asarray(cluster, dtype=np.int64)
-    groups = np.asarray(dataset.groups)
-    if groups.shape != cluster.shape or (
-        len(groups) and not np.issubdtype(groups.dtype, np.integer)
-    ):
-        raise ValueError(
-            f"{dataset.name!r}: groups must be one integer per row ({cluster.shape}), "
-            f"got {groups.dtype} {groups.shape}"
-        )
-    groups = groups.astype(np.int64, copy=False)
-    if len(groups) and groups.min() < -1:
-        raise ValueError(f"{dataset.name!r}: group ids must be >= -1, got {int(groups.min())}")
+    groups = _natural_groups(dataset, cluster)
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
     num_partitions, new_partitions = int(num_partitions), int(new_partitions)
@@ -343,20 +387,7 @@ def natural_federation(
             f"{num_partitions} + new_partitions={new_partitions} = {wanted} were asked for"
         )
     aux = natural_aux(dataset, cluster, aux_size, label_kind, seed)
-    order = np.argsort(groups, kind="stable")
-    starts = np.searchsorted(groups[order], users[:wanted], side="left")
-    ends = np.searchsorted(groups[order], users[:wanted], side="right")
-    clients = [np.sort(order[a:b]).astype(np.int64) for a, b in zip(starts, ends, strict=True)]
-    for pid, (user, rows) in enumerate(zip(users, clients, strict=False)):
-        if len(rows) < 2:
-            raise ValueError(
-                f"user {int(user)} of {dataset.name!r} (client {pid}) has {len(rows)} image(s); "
-                "a client needs >= 2 (a train and a test row)"
-            )
-    splits = [
-        train_test_split_indices(rows, test_fraction, derived_seed(seed, _SPLIT_KEY, pid))
-        for pid, rows in enumerate(clients)
-    ]
+    clients = _user_rows(dataset.name, groups, users[:wanted])
     settings = {
         "dataset": dataset.name,
         "split": "natural",
@@ -372,12 +403,4 @@ def natural_federation(
         "seed": seed,
         "new_partitions": new_partitions,
     }
-    return Federation(
-        dataset=dataset,
-        aux_indices=aux,
-        train_indices=[train for train, _ in splits],
-        test_indices=[test for _, test in splits],
-        mixtures=true_mixtures(clients, cluster, num_components),
-        num_train_partitions=num_partitions,
-        settings=settings,
-    )
+    return _assemble(dataset, aux, clients, cluster, settings)
