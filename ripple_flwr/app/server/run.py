@@ -242,62 +242,15 @@ def _run_server(
     stage: dict[str, str],
     t_start: float,
 ) -> Path:
-    stage["stage"] = "waiting for nodes"
     requested_partitions = settings.data.num_partitions
-    settings = settle_partitions(grid, settings)
-    stage["stage"] = "preparing"
-    bound = load_partition_map(settings.data.total_partitions)  # a bad file: one line, before work
-    saved_state = None if resume_file is None else load_resume_state(settings, resume_file)
-
-    prepared = prepare_run(settings, bound)
-    strategy, data, state = prepared.strategy, prepared.data, prepared.state
-    if resume_file is not None:
-        log.info("resume=%r: continuing from %s", settings.outputs.resume, resume_file)
-    if settings.outputs.checkpoint_every:
-        strategy.checkpoint_path = results_path.with_suffix(".resume.npz")
-    if saved_state is not None:
-        state = resume_strategy(strategy, grid, saved_state, resume_file) or state
-    stage["stage"] = "rounds"
-    result = strategy.start(
-        grid,
-        state_to_record(state),
-        num_rounds=settings.training.num_server_rounds,
-        timeout=settings.robustness.round_timeout,
-    )
-    del result
+    prepared, settings, state = _run_rounds(grid, settings, results_path, resume_file, stage)
     stage["stage"] = "finishing"
-    zero_shot = onboard_new_clients(strategy, grid) if settings.data.new_clients else {}
-
-    record = {**strategy.run_record(), "zero_shot": zero_shot}
-    embedding_dp = prepared.embedding_dp
-    if embedding_dp is not None:  # how often each client released, over every process
-        embedding_dp.update(
-            strategy.roster.releases.record(embedding_dp["epsilon"], embedding_dp["delta"])
-        )
-    saved_run = save_for_onboarding(
-        strategy, settings, data, results_path.with_suffix(".run.pt"), prepared.checkpoint_info
-    )
-    results = results_record(
-        strategy,
-        settings,
-        record,
-        model_bytes=int(sum(v.nbytes for v in state.values())),
-        sources={
-            # num-partitions=0: the settings record the count the run settled on.
-            "num_partitions_from": "nodes" if requested_partitions == 0 else "run config",
-            "server_folders": folders,
-            "federation": data.record(),
-            "checkpoint": prepared.checkpoint_info,
-            "pretrained": prepared.pretrained,
-            "embedding_dp": embedding_dp,
-            "saved_run": None if saved_run is None else str(saved_run),
-        },
-        timings={
-            "data": prepared.data_seconds,
-            "pretrain_or_load": prepared.pretrain_seconds,
-            "total": time.perf_counter() - t_start,
-        },
-    )
+    sources = {
+        # num-partitions=0: the settings record the count the run settled on.
+        "num_partitions_from": "nodes" if requested_partitions == 0 else "run config",
+        "server_folders": folders,
+    }
+    results = _results(grid, prepared, settings, state, results_path, sources, t_start)
     path = write_results(results_path, results)
     log.info(
         "Ripple run finished: final personalised accuracy %.4f (mean of last 3 evaluations, "
@@ -311,6 +264,80 @@ def _run_server(
 
     track_finished_run(settings, path)  # a tracker that fails is logged; the results stay
     return path
+
+
+def _run_rounds(
+    grid: Grid,
+    settings: RunSettings,
+    results_path: Path,
+    resume_file: Path | None,
+    stage: dict[str, str],
+) -> tuple[PreparedRun, RunSettings, dict[str, np.ndarray]]:
+    """Settle the nodes, prepare (or resume) the method, and run its rounds."""
+    stage["stage"] = "waiting for nodes"
+    settings = settle_partitions(grid, settings)
+    stage["stage"] = "preparing"
+    bound = load_partition_map(settings.data.total_partitions)  # a bad file: one line, before work
+    saved_state = None if resume_file is None else load_resume_state(settings, resume_file)
+
+    prepared = prepare_run(settings, bound)
+    strategy, state = prepared.strategy, prepared.state
+    if resume_file is not None:
+        log.info("resume=%r: continuing from %s", settings.outputs.resume, resume_file)
+    if settings.outputs.checkpoint_every:
+        strategy.checkpoint_path = results_path.with_suffix(".resume.npz")
+    if saved_state is not None:
+        state = resume_strategy(strategy, grid, saved_state, resume_file) or state
+    stage["stage"] = "rounds"
+    strategy.start(
+        grid,
+        state_to_record(state),
+        num_rounds=settings.training.num_server_rounds,
+        timeout=settings.robustness.round_timeout,
+    )
+    return prepared, settings, state
+
+
+def _results(
+    grid: Grid,
+    prepared: PreparedRun,
+    settings: RunSettings,
+    state: dict[str, np.ndarray],
+    results_path: Path,
+    sources: dict[str, Any],
+    t_start: float,
+) -> dict[str, Any]:
+    """After the rounds: zero-shot onboarding, the saved run, and the results record."""
+    strategy, data = prepared.strategy, prepared.data
+    zero_shot = onboard_new_clients(strategy, grid) if settings.data.new_clients else {}
+    record = {**strategy.run_record(), "zero_shot": zero_shot}
+    embedding_dp = prepared.embedding_dp
+    if embedding_dp is not None:  # how often each client released, over every process
+        embedding_dp.update(
+            strategy.roster.releases.record(embedding_dp["epsilon"], embedding_dp["delta"])
+        )
+    saved_run = save_for_onboarding(
+        strategy, settings, data, results_path.with_suffix(".run.pt"), prepared.checkpoint_info
+    )
+    return results_record(
+        strategy,
+        settings,
+        record,
+        model_bytes=int(sum(v.nbytes for v in state.values())),
+        sources={
+            **sources,
+            "federation": data.record(),
+            "checkpoint": prepared.checkpoint_info,
+            "pretrained": prepared.pretrained,
+            "embedding_dp": embedding_dp,
+            "saved_run": None if saved_run is None else str(saved_run),
+        },
+        timings={
+            "data": prepared.data_seconds,
+            "pretrain_or_load": prepared.pretrain_seconds,
+            "total": time.perf_counter() - t_start,
+        },
+    )
 
 
 __all__ = [  # setting up and resuming live beside this module; these names stay importable here
