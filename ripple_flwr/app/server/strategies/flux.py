@@ -47,6 +47,7 @@ from ripple_flwr.aggregation.clustering import State
 from ripple_flwr.aggregation.descriptors import (
     PROJECTION_POINTS,
     BlockScaler,
+    Clustering,
     Layout,
     assemble,
     clip_statistics,
@@ -207,21 +208,9 @@ class FLUXStrategy(ClusterModels):
             log.warning("FLUX: no usable descriptor; training stays on one model")
             self.descriptor_log.append(rec)
             return
-        maxima = np.array([rnd.stats[i][2 * layout.k] for i in sorted(rnd.stats)])
-        m = latent_scale(maxima)
-        self.offset = m * projection(self.latent_dim, layout.k)[1]
-        self.stat_bound = math.sqrt(self.latent_dim) * SIZE_CAP_FACTOR * float(np.median(maxima))
-        got, raw, held = self._descriptors(rnd, layout)
-        scaler = BlockScaler.fit(raw, layout.k)
-        self.scale_low, self.scale_high = scaler.low, scaler.high
-        found = cluster_descriptors(scaler.transform(raw), FLUX_EPS_SCALING.of(s))
-        self.centroids = found.centroids
-        labels = np.full(len(nodes), -1, dtype=np.int64)
-        labels[got] = found.labels
-        largest = int(np.bincount(found.labels).argmax())
-        labels[labels < 0] = largest
-        self.assignment = labels
+        m, got, held, found = self._fit_clusters(rnd, layout, len(nodes))
         self.set_models([global_model] * len(found.centroids))
+        labels = self.assignment
         rec.update(
             {
                 "latent_max": m,
@@ -247,6 +236,31 @@ class FLUXStrategy(ClusterModels):
             rnd.bytes_down / 2**20,
             rnd.bytes_up / 2**20,
         )
+
+    def _fit_clusters(
+        self, rnd: DescriptorRound, layout: Layout, num_nodes: int
+    ) -> tuple[float, list[int], list[int], Clustering]:
+        """The latent scale, bound and scaler from the round's statistics, then DBSCAN.
+
+        Sets the offset, the statistics' bound, the scaler, the centroids and the
+        assignment (a client without a usable descriptor joins the largest cluster).
+        Returns the latent scale, the rows that sent descriptors, those held to the
+        bound, and DBSCAN's result.
+        """
+        maxima = np.array([rnd.stats[i][2 * layout.k] for i in sorted(rnd.stats)])
+        m = latent_scale(maxima)
+        self.offset = m * projection(self.latent_dim, layout.k)[1]
+        self.stat_bound = math.sqrt(self.latent_dim) * SIZE_CAP_FACTOR * float(np.median(maxima))
+        got, raw, held = self._descriptors(rnd, layout)
+        scaler = BlockScaler.fit(raw, layout.k)
+        self.scale_low, self.scale_high = scaler.low, scaler.high
+        found = cluster_descriptors(scaler.transform(raw), FLUX_EPS_SCALING.of(self.settings))
+        self.centroids = found.centroids
+        labels = np.full(num_nodes, -1, dtype=np.int64)
+        labels[got] = found.labels
+        labels[labels < 0] = int(np.bincount(found.labels).argmax())
+        self.assignment = labels
+        return m, got, held, found
 
     def assign_unseen(
         self, grid: Grid, nodes: list[int], who: str, server_round: int
