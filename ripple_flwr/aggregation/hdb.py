@@ -278,6 +278,67 @@ def _fallback(w: np.ndarray, raw: np.ndarray, event: str) -> HDBResult:
     )
 
 
+def _check_sizes(min_cluster_size: int, min_mass: float | None) -> tuple[int, float]:
+    """HDBSCAN's smallest cluster (an int >= 2) and the lightest meta-cluster kept."""
+    if (
+        isinstance(min_cluster_size, bool)
+        or not isinstance(min_cluster_size, int | np.integer)
+        or min_cluster_size < 2
+    ):
+        raise ValueError(
+            f"min_cluster_size must be an int >= 2 (HDBSCAN), got {min_cluster_size!r}"
+        )
+    mass = float(min_cluster_size) if min_mass is None else float(min_mass)
+    if not math.isfinite(mass) or mass < 0:
+        raise ValueError(f"min_mass must be a finite number >= 0, got {mass!r}")
+    return int(min_cluster_size), mass
+
+
+def _assign_clients(
+    w: np.ndarray, raw: np.ndarray, events: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The component map by the argmax rule (eq. 11), then every client in a meta-cluster.
+
+    Meta-clusters that win no component are dropped and their clients move to the
+    nearest remaining centroid (guard (c), one event each); noise clients join their
+    nearest centroid (a normal step, no event).
+    """
+    core = raw >= 0
+    num_raw = int(raw.max()) + 1
+    labels = raw.copy()
+    cmap = component_map_from_labels(w, raw, num_raw)
+    won = np.unique(cmap)
+    empty = np.setdiff1d(np.arange(num_raw), won)
+    if len(empty):
+        movers = np.isin(labels, empty)
+        before = labels[movers].copy()
+        labels[movers] = _nearest(w[movers], w, labels, core & ~movers, won)
+        for m in empty.tolist():
+            dest = sorted(set(labels[movers][before == m].tolist()))
+            events.append(
+                f"meta-cluster {m} ({int((before == m).sum())} clients) won no component "
+                f"under the argmax rule; dropped it and moved its clients to meta-clusters {dest}"
+            )
+    noise = labels < 0
+    if noise.any():
+        labels[noise] = _nearest(w[noise], w, labels, core, won)
+    return labels, cmap
+
+
+def _renumber(
+    cmap: np.ndarray, labels: np.ndarray, events: list[str]
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Meta-cluster ids renumbered 0..K_hat-1 in order of the surviving ids."""
+    ids = np.unique(cmap)
+    num_meta = len(ids)
+    if not np.array_equal(ids, np.arange(num_meta)):
+        renum = dict(zip(ids.tolist(), range(num_meta), strict=True))
+        events.append(f"renumbered meta-clusters contiguously (old -> new): {renum}")
+    cmap = np.searchsorted(ids, cmap).astype(np.int64)
+    labels = np.searchsorted(ids, labels).astype(np.int64)
+    return cmap, labels, num_meta
+
+
 def refine_hdb(
     w: np.ndarray, min_cluster_size: int = 3, min_mass: float | None = None
 ) -> HDBResult:
@@ -291,20 +352,8 @@ def refine_hdb(
     finally ids are renumbered 0..K_hat-1. Every guard that acts leaves a line in ``events``.
     """
     w = _as_weights(w, min_rows=2)
-    if (
-        isinstance(min_cluster_size, bool)
-        or not isinstance(min_cluster_size, int | np.integer)
-        or min_cluster_size < 2
-    ):
-        raise ValueError(
-            f"min_cluster_size must be an int >= 2 (HDBSCAN), got {min_cluster_size!r}"
-        )
-    min_cluster_size = int(min_cluster_size)
-    min_mass = float(min_cluster_size) if min_mass is None else float(min_mass)
-    if not math.isfinite(min_mass) or min_mass < 0:
-        raise ValueError(f"min_mass must be a finite number >= 0, got {min_mass!r}")
+    min_cluster_size, min_mass = _check_sizes(min_cluster_size, min_mass)
     n, k = w.shape
-
     if n < min_cluster_size:
         return _fallback(
             w,
@@ -315,12 +364,11 @@ def refine_hdb(
 
     import hdbscan  # heavy import, only needed here
 
-    dist = sqrt_js_distances(w)
     raw = (
         hdbscan.HDBSCAN(
             metric="precomputed", min_cluster_size=min_cluster_size, allow_single_cluster=False
         )
-        .fit(dist)
+        .fit(sqrt_js_distances(w))
         .labels_.astype(np.int64)
     )
     if not (raw >= 0).any():
@@ -330,45 +378,12 @@ def refine_hdb(
             f"HDBSCAN found no cluster among {n} clients (all noise, min_cluster_size="
             f"{min_cluster_size}); kept the identity map (K_hat = K = {k})",
         )
-
     events: list[str] = []
-    core = raw >= 0
-    num_raw = int(raw.max()) + 1
-    labels = raw.copy()
-    cmap = component_map_from_labels(w, raw, num_raw)
-
-    # Guard (c): meta-clusters that won no component cannot have a model; move their clients.
-    won = np.unique(cmap)
-    empty = np.setdiff1d(np.arange(num_raw), won)
-    if len(empty):
-        movers = np.isin(labels, empty)
-        before = labels[movers].copy()
-        labels[movers] = _nearest(w[movers], w, labels, core & ~movers, won)
-        for m in empty.tolist():
-            dest = sorted(set(labels[movers][before == m].tolist()))
-            events.append(
-                f"meta-cluster {m} ({int((before == m).sum())} clients) won no component "
-                f"under the argmax rule; dropped it and moved its clients to meta-clusters {dest}"
-            )
-
-    # Noise clients join the nearest centroid (a normal step, not a guard: no event).
-    noise = labels < 0
-    if noise.any():
-        labels[noise] = _nearest(w[noise], w, labels, core, won)
-
+    labels, cmap = _assign_clients(w, raw, events)
     # Guard (d): near-empty meta-clusters collapse new clients to chance; merge them.
-    labels, cmap, merged = _merge_light(w, labels, cmap, min_mass, core=core)
+    labels, cmap, merged = _merge_light(w, labels, cmap, min_mass, core=raw >= 0)
     events.extend(merged)
-
-    # Renumber 0..K_hat-1 in order of the surviving ids.
-    ids = np.unique(cmap)
-    num_meta = len(ids)
-    if not np.array_equal(ids, np.arange(num_meta)):
-        renum = dict(zip(ids.tolist(), range(num_meta), strict=True))
-        events.append(f"renumbered meta-clusters contiguously (old -> new): {renum}")
-    cmap = np.searchsorted(ids, cmap).astype(np.int64)
-    labels = np.searchsorted(ids, labels).astype(np.int64)
-
+    cmap, labels, num_meta = _renumber(cmap, labels, events)
     # Guard (b): a single meta-cluster is allowed, but it means no personalisation at all.
     if num_meta == 1:
         events.append("only one meta-cluster remains (K_hat = 1): every client gets the same model")
