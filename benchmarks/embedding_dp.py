@@ -54,11 +54,11 @@ from ripple_flwr.privacy.mechanism import (  # noqa: E402
 from ripple_flwr.router.checkpoint import load_checkpoint  # noqa: E402
 from ripple_flwr.router.pretrain import (  # noqa: E402
     PretrainSettings,
-    TrainSettings,
     pretrain,
 )
 from ripple_flwr.router.routers import UniformRouter, routing_l1  # noqa: E402
 from ripple_flwr.router.synthetic import BankSettings  # noqa: E402
+from ripple_flwr.router.training import TrainSettings  # noqa: E402
 from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder  # noqa: E402
 
 

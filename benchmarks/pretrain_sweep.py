@@ -18,7 +18,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ripple_flwr.router.pretrain import PretrainSettings, TrainSettings, pretrain
+from ripple_flwr.router.pretrain import PretrainSettings, pretrain
+from ripple_flwr.router.training import TrainSettings
 
 
 def main() -> None:

@@ -85,8 +85,9 @@ def cache_dir(tmp_path_factory) -> Path:
 
 def tiny_pretrain_settings(tmp: Path, **over: Any):
     """The one tiny pre-training budget of the suite (K=4, aux 300, 600 synthetic clients)."""
-    from ripple_flwr.router.pretrain import PretrainSettings, TrainSettings
+    from ripple_flwr.router.pretrain import PretrainSettings
     from ripple_flwr.router.synthetic import BankSettings
+    from ripple_flwr.router.training import TrainSettings
 
     base: dict[str, Any] = {
         "dataset": "mnist-5k",

@@ -117,7 +117,7 @@ def test_config_validation():
 
 
 def test_training_settings_sized_for_the_device():
-    from ripple_flwr.router.pretrain import TrainSettings
+    from ripple_flwr.router.training import TrainSettings
 
     ref = TrainSettings()
     # At the reference batch the schedule is the paper's (Table 5, our 6,000 steps).

@@ -39,12 +39,12 @@ from ripple_flwr.data import available_datasets, fold_labels, load_dataset, serv
 from ripple_flwr.data.registry import embed_size_of
 from ripple_flwr.router.pretrain import (
     PretrainSettings,
-    TrainSettings,
     aux_rows,
     aux_source,
     pretrain,
 )
 from ripple_flwr.router.synthetic import ALPHA_DISTRIBUTIONS, BankSettings
+from ripple_flwr.router.training import TrainSettings
 from ripple_flwr.router.vae import SUPERVISED_DIVERGENCES, LossWeights
 from ripple_flwr.settings import RunSettings
 from ripple_flwr.settings.groups import class_list

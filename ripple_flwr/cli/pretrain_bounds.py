@@ -15,8 +15,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ripple_flwr.router.pretrain import PretrainSettings, TrainSettings
+from ripple_flwr.router.pretrain import PretrainSettings
 from ripple_flwr.router.synthetic import BankSettings
+from ripple_flwr.router.training import TrainSettings
 from ripple_flwr.router.vae import LossWeights
 from ripple_flwr.settings import ConfigError, Option, RunSettings
 

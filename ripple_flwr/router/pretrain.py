@@ -9,11 +9,10 @@ objects are ever unpickled.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,75 +38,12 @@ from ripple_flwr.router.checkpoint import (
 from ripple_flwr.router.routers import MeanUnmixingRouter, UniformRouter, routing_l1
 from ripple_flwr.router.run_embedding import run_embed_size
 from ripple_flwr.router.synthetic import BankSettings, SyntheticBank, cached_bank
-from ripple_flwr.router.vae import GMMVAE, GMMVAEConfig, LossWeights, gmm_vae_loss, prune_weights
+from ripple_flwr.router.training import TrainSettings, train_gmm_vae
+from ripple_flwr.router.vae import GMMVAEConfig
 from ripple_flwr.settings import LABEL_KINDS, RunSettings
 from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder
 
 log = logging.getLogger(__name__)
-
-# Batch a device trains with unless ``device_batch`` says otherwise. A GPU step is
-# launch-bound (6.6 ms at batch 64 and 7.1 ms at 256 on an H200), so larger batches
-# are nearly free there; on a CPU a sample costs ~1.8x less at 256 than at 64 (the
-# optimiser and the weight average run once per step). Held-out / real Dir(0.1) /
-# real Dir(1.0) routing L1 at the same samples seen (H200, mnist-5k): batch 64
-# 0.139 / 0.163 / 0.219, 128 0.138 / 0.156 / 0.218, 256 0.140 / 0.161 / 0.220,
-# 512 0.143 / 0.166 / 0.222, 1024 0.152 / 0.173 / 0.225; half the samples at 256:
-# 0.149 / 0.174 / 0.225 (so the samples seen are kept).
-_DEVICE_BATCH = {"cpu": 256, "cuda": 256}
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """Optimisation of the GMM-VAE (paper Table 5: AdamW 5e-4, wd 1e-4, batch 64).
-
-    ``steps``, ``lr``, ``eval_every`` and ``ema`` describe the schedule at
-    ``batch_size``. The batch actually used is ``device_batch`` (None: the
-    device's, see ``_DEVICE_BATCH``); when it differs, :meth:`for_device`
-    keeps the samples seen (steps scaled down), evaluates and averages
-    weights per sample, and scales the learning rate by sqrt(batch ratio).
-    """
-
-    steps: int = 6_000
-    batch_size: int = 64
-    lr: float = 5e-4
-    weight_decay: float = 1e-4
-    eval_every: int = 500
-    patience: int = 6
-    prune: float = 0.01
-    lr_schedule: str = "cosine"
-    ema: float = 0.999
-    loss: LossWeights = field(default_factory=LossWeights)
-    device_batch: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1 or self.eval_every < 1:
-            raise ValueError("steps, batch size and eval-every must be >= 1")
-        if self.device_batch is not None and self.device_batch < 1:
-            raise ValueError(f"device batch must be >= 1, got {self.device_batch}")
-        if not 0 <= self.prune < 1:
-            raise ValueError(f"prune threshold must be in [0, 1), got {self.prune}")
-        if self.lr_schedule not in ("constant", "cosine"):
-            raise ValueError(
-                f"lr schedule must be 'constant' or 'cosine', got {self.lr_schedule!r}"
-            )
-        if not 0 <= self.ema < 1:
-            raise ValueError(f"ema decay must be in [0, 1), got {self.ema}")
-
-    def for_device(self, device: str | torch.device) -> TrainSettings:
-        """The same schedule at the batch ``device`` trains with (see the class doc)."""
-        batch = self.device_batch or _DEVICE_BATCH.get(torch.device(device).type, self.batch_size)
-        if batch == self.batch_size:
-            return replace(self, device_batch=batch)
-        ratio = batch / self.batch_size
-        return replace(
-            self,
-            batch_size=batch,
-            device_batch=batch,
-            steps=max(1, round(self.steps / ratio)),
-            lr=self.lr * ratio**0.5,
-            eval_every=max(1, round(self.eval_every / ratio)),
-            ema=self.ema**ratio,
-        )
 
 
 @dataclass(frozen=True)
@@ -225,99 +161,6 @@ def resolve_device(device: str) -> str:
     return device
 
 
-# -- training ----------------------------------------------------------------------------
-def train_gmm_vae(
-    bank: SyntheticBank,
-    val_bank: SyntheticBank,
-    config: GMMVAEConfig,
-    settings: TrainSettings,
-    *,
-    seed: int = 0,
-    device: str = "cpu",
-    progress: bool = False,
-) -> tuple[GMMVAE, list[dict]]:
-    """Train on the bank, keep the state with the lowest held-out routing L1.
-
-    The evaluated (and returned) weights are an exponential moving average
-    of the trained ones (``ema``), and the learning rate follows a cosine
-    decay: both remove most of the step-to-step noise of the held-out error.
-    Stops early after ``patience`` evaluations without improvement. Every
-    random choice (initialisation, batches, sampled components, noise) comes
-    from ``seed``. Settings left at None are sized for ``device``
-    (:meth:`TrainSettings.for_device`). Between evaluations nothing is read
-    back from the device, so a GPU is never stalled by the loop.
-    """
-    settings = settings.for_device(device)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = GMMVAE(config)
-    model.set_normalisation(bank.embeddings)
-    model.to(device)
-    gen = torch.Generator(device=device).manual_seed(seed + 1)
-    x = torch.from_numpy(bank.embeddings).to(device)
-    y = torch.from_numpy(bank.targets).to(device)
-    x_val = torch.from_numpy(val_bank.embeddings).to(device)
-    # The fused kernel makes AdamW ~3x cheaper on CPU (it was half of each step).
-    opt = torch.optim.AdamW(
-        model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay, fused=True
-    )
-    sched = None
-    if settings.lr_schedule == "cosine":
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=settings.steps)
-    averaged = copy.deepcopy(model) if settings.ema > 0 else model
-    trained, kept = list(model.parameters()), list(averaged.parameters())
-    history: list[dict] = []
-    best = (float("inf"), copy.deepcopy(averaged.state_dict()), 0)
-    stale = 0
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=settings.steps, desc="GMM-VAE", unit="step")
-    running: dict[str, torch.Tensor] = {}
-    for step in range(1, settings.steps + 1):
-        model.train()
-        idx = torch.randint(len(x), (settings.batch_size,), generator=gen, device=device)
-        loss, parts = gmm_vae_loss(model, x[idx], y[idx], settings.loss, generator=gen)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if sched is not None:
-            sched.step()
-        if averaged is not model:
-            # Warm-up of the decay (as TensorFlow's EMA with num_updates): early
-            # steps are not averaged with the random initialisation.
-            decay = min(settings.ema, (1 + step) / (10 + step))
-            with torch.no_grad():
-                torch._foreach_lerp_(kept, trained, 1.0 - decay)
-        for k, v in parts.items():
-            running[k] = running[k] + v if k in running else v
-        if bar is not None:
-            bar.update(1)
-        if step % settings.eval_every == 0 or step == settings.steps:
-            averaged.eval()
-            w = prune_weights(averaged.posterior(x_val).double().cpu().numpy(), settings.prune)
-            l1 = routing_l1(w, val_bank.targets)
-            n = step - (history[-1]["step"] if history else 0)
-            means = {k: float(v) / n for k, v in running.items()}
-            history.append({"step": step, "val_l1": l1, **means})
-            running = {}
-            if bar is not None:
-                bar.set_postfix(val_l1=f"{l1:.3f}")
-            if l1 < best[0] - 1e-4:
-                best, stale = (l1, copy.deepcopy(averaged.state_dict()), step), 0
-            else:
-                stale += 1
-                if stale >= settings.patience:
-                    log.info("early stop at step %d (best %.4f at %d)", step, best[0], best[2])
-                    break
-    if bar is not None:
-        bar.close()
-    model.load_state_dict(best[1])
-    model.eval()
-    return model, history
-
-
 # -- the whole job -----------------------------------------------------------------------
 def _real_client_report(
     embedder: SpectralEmbedder,
@@ -353,6 +196,47 @@ def _real_client_report(
     return report
 
 
+def _banks(
+    settings: PretrainSettings,
+    embedder: SpectralEmbedder,
+    aux_images: np.ndarray,
+    aux_comp: np.ndarray,
+    progress: bool,
+) -> tuple[SyntheticBank, SyntheticBank, bool]:
+    """The training bank (and whether it came from the cache) and the held-out bank."""
+    k = settings.num_components
+    bank, cached = cached_bank(
+        embedder,
+        aux_images,
+        aux_comp,
+        k,
+        settings.bank,
+        cache_dir=settings.cache_dir,
+        progress=progress,
+    )
+    held = BankSettings(
+        **{
+            **asdict(settings.bank),
+            "num_clients": settings.heldout_clients,
+            "seed": settings.bank.seed + 1_000_003,
+        }
+    )
+    val_bank, _ = cached_bank(
+        embedder, aux_images, aux_comp, k, held, cache_dir=settings.cache_dir, keep_means=True
+    )
+    return bank, val_bank, cached
+
+
+def _heldout_report(routers: dict, val_bank: SyntheticBank) -> dict[str, float]:
+    """Each router's mean L1 routing error on the held-out synthetic clients."""
+    report = {}
+    for name, router in routers.items():
+        feats = val_bank.embeddings if router.needs == "embedding" else val_bank.means
+        suffix = "" if name == "gmm-vae" else f"_{name.replace('-', '_')}"
+        report[f"routing_l1_heldout{suffix}"] = routing_l1(router.route(feats), val_bank.targets)
+    return report
+
+
 def pretrain(
     settings: PretrainSettings, output: str | Path, *, progress: bool = True
 ) -> tuple[Checkpoint, dict]:
@@ -378,25 +262,7 @@ def pretrain(
         embed_size=settings.embed_size or None,
     )
     t0 = time.perf_counter()
-    bank, bank_cached = cached_bank(
-        embedder,
-        aux_images,
-        aux_comp,
-        k,
-        settings.bank,
-        cache_dir=settings.cache_dir,
-        progress=progress,
-    )
-    held = BankSettings(
-        **{
-            **asdict(settings.bank),
-            "num_clients": settings.heldout_clients,
-            "seed": settings.bank.seed + 1_000_003,
-        }
-    )
-    val_bank, _ = cached_bank(
-        embedder, aux_images, aux_comp, k, held, cache_dir=settings.cache_dir, keep_means=True
-    )
+    bank, val_bank, bank_cached = _banks(settings, embedder, aux_images, aux_comp, progress)
     bank_seconds = time.perf_counter() - t0
 
     config = GMMVAEConfig(
@@ -430,10 +296,7 @@ def pretrain(
         "mean-unmixing": unmix,
     }
     report: dict = {"checkpoint": str(output), "settings": to_jsonable(asdict(settings))}
-    for name, router in routers.items():
-        feats = val_bank.embeddings if router.needs == "embedding" else val_bank.means
-        suffix = "" if name == "gmm-vae" else f"_{name.replace('-', '_')}"
-        report[f"routing_l1_heldout{suffix}"] = routing_l1(router.route(feats), val_bank.targets)
+    report.update(_heldout_report(routers, val_bank))
     report.update(
         _real_client_report(
             embedder, lambda rows: dataset.rows(pool[rows]), cluster[pool], routers, settings
