@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ripple_flwr.data.base import ImageDataset
+from ripple_flwr.data.natural import natural_clients
 from ripple_flwr.data.partition import (
     derived_seed,
     dirichlet_partition,
@@ -131,8 +132,6 @@ def build_federation(
     """
     cluster, _ = dataset.cluster_labels(label_kind)  # validates label_kind first
     cluster = np.asarray(cluster, dtype=np.int64)
-    n = len(cluster)
-    num_labels = len(np.unique(cluster))
     natural = dataset.groups is not None
     _check_counts(
         num_partitions=num_partitions,
@@ -153,17 +152,31 @@ def build_federation(
             seed=seed,
             new_partitions=new_partitions,
         )
-    num_partitions, partition_size = int(num_partitions), int(partition_size)
-    new_partitions, num_components, seed = int(new_partitions), int(num_components), int(seed)
-    aux_size = int(aux_size)
-    _check_split(
-        dataset.name,
-        n,
-        num_labels,
-        label_kind,
-        (num_partitions, new_partitions, partition_size, aux_size),
-        (alpha, alpha_new, test_fraction),
+    counts = (int(num_partitions), int(new_partitions), int(partition_size), int(aux_size))
+    rates = (float(alpha), float(alpha_new), float(test_fraction), float(size_spread))
+    return _dirichlet_federation(
+        dataset, cluster, counts, rates, label_kind, int(num_components), int(seed)
     )
+
+
+def _dirichlet_federation(
+    dataset: ImageDataset,
+    cluster: np.ndarray,
+    counts: tuple[int, int, int, int],
+    rates: tuple[float, float, float, float],
+    label_kind: str,
+    num_components: int,
+    seed: int,
+) -> Federation:
+    """D_aux, then Dir(alpha) training clients and Dir(alpha_new) new clients from the rest.
+
+    ``counts``: training clients, new clients, client size, D_aux size; ``rates``:
+    alpha, alpha_new, test fraction, size spread.
+    """
+    num_partitions, new_partitions, partition_size, aux_size = counts
+    alpha, alpha_new, test_fraction, size_spread = rates
+    n, num_labels = len(cluster), len(np.unique(cluster))
+    _check_split(dataset.name, n, num_labels, label_kind, counts, rates[:3])
     aux, pool = server_aux_split(cluster, aux_size, seed)
     sizes = spread_sizes(num_partitions, partition_size, size_spread, seed)
     clients = _dirichlet_clients(
@@ -292,62 +305,6 @@ def _dirichlet_clients(
     return clients
 
 
-def natural_aux(
-    dataset: ImageDataset, cluster: np.ndarray, aux_size: int, label_kind: str, seed: int
-) -> np.ndarray:
-    """D_aux from the server's rows (group -1), balanced over the cluster labels."""
-    assert dataset.groups is not None
-    server = np.flatnonzero(np.asarray(dataset.groups) == -1)
-    if not len(server):
-        raise ValueError(
-            f"{dataset.name!r} has no server rows (group -1) to draw D_aux from; its natural "
-            "split keeps every user's rows for that user"
-        )
-    labels = cluster[server]
-    num_labels = len(np.unique(labels))
-    if not num_labels <= aux_size <= len(server):
-        raise ValueError(
-            f"aux_size must be in [{num_labels}, {len(server)}] for {dataset.name!r}: in its "
-            f"natural split D_aux comes from the {len(server)} server rows (group -1), which "
-            f"hold {num_labels} {label_kind} labels (one row per label at least); got {aux_size}"
-        )
-    if aux_size == len(server):
-        return server
-    aux, _ = server_aux_split(labels, aux_size, seed)
-    return server[aux]
-
-
-def _natural_groups(dataset: ImageDataset, cluster: np.ndarray) -> np.ndarray:
-    """``dataset.groups`` checked: one integer id >= -1 per row."""
-    groups = np.asarray(dataset.groups)
-    if groups.shape != cluster.shape or (
-        len(groups) and not np.issubdtype(groups.dtype, np.integer)
-    ):
-        raise ValueError(
-            f"{dataset.name!r}: groups must be one integer per row ({cluster.shape}), "
-            f"got {groups.dtype} {groups.shape}"
-        )
-    groups = groups.astype(np.int64, copy=False)
-    if len(groups) and groups.min() < -1:
-        raise ValueError(f"{dataset.name!r}: group ids must be >= -1, got {int(groups.min())}")
-    return groups
-
-
-def _user_rows(name: str, groups: np.ndarray, users: np.ndarray) -> list[np.ndarray]:
-    """Each user's rows (sorted), in ``users``' order; a user needs a train and a test row."""
-    order = np.argsort(groups, kind="stable")
-    starts = np.searchsorted(groups[order], users, side="left")
-    ends = np.searchsorted(groups[order], users, side="right")
-    clients = [np.sort(order[a:b]).astype(np.int64) for a, b in zip(starts, ends, strict=True)]
-    for pid, (user, rows) in enumerate(zip(users, clients, strict=True)):
-        if len(rows) < 2:
-            raise ValueError(
-                f"user {int(user)} of {name!r} (client {pid}) has {len(rows)} image(s); "
-                "a client needs >= 2 (a train and a test row)"
-            )
-    return clients
-
-
 def natural_federation(
     dataset: ImageDataset,
     *,
@@ -370,31 +327,19 @@ def natural_federation(
     labels, :func:`server_aux_split`); ``mixtures`` are the clients' folded
     cluster-label proportions. ``settings["split"]`` is ``"natural"``.
     """
-    if dataset.groups is None:
-        raise ValueError(f"{dataset.name!r} has no natural groups (dataset.groups is None)")
     cluster, _ = dataset.cluster_labels(label_kind)
     cluster = np.asarray(cluster, dtype=np.int64)
-    groups = _natural_groups(dataset, cluster)
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
     num_partitions, new_partitions = int(num_partitions), int(new_partitions)
     num_components, aux_size, seed = int(num_components), int(aux_size), int(seed)
-    users = np.unique(groups[groups >= 0])
-    wanted = num_partitions + new_partitions
-    if wanted > len(users):
-        raise ValueError(
-            f"{dataset.name!r} has {len(users)} natural clients (users), but num_partitions="
-            f"{num_partitions} + new_partitions={new_partitions} = {wanted} were asked for"
-        )
-    aux = natural_aux(dataset, cluster, aux_size, label_kind, seed)
-    clients = _user_rows(dataset.name, groups, users[:wanted])
+    aux, clients, record = natural_clients(
+        dataset, cluster, num_partitions, new_partitions, aux_size, label_kind, seed
+    )
     settings = {
         "dataset": dataset.name,
         "split": "natural",
-        "num_rows": len(cluster),
-        "num_cluster_labels": len(np.unique(cluster)),
-        "num_groups": len(users),
-        "num_server_rows": int(np.count_nonzero(groups == -1)),
+        **record,
         "num_partitions": num_partitions,
         "aux_size": aux_size,
         "num_components": num_components,

@@ -27,8 +27,8 @@ from ripple_flwr.data import (
     server_aux_split,
 )
 from ripple_flwr.data.base import classes_hash
-from ripple_flwr.data.federation import natural_aux
 from ripple_flwr.data.local import local_dataset
+from ripple_flwr.data.natural import natural_aux
 from ripple_flwr.io.jsonable import to_jsonable
 from ripple_flwr.router.checkpoint import (
     Checkpoint,
