@@ -28,7 +28,7 @@ import logging
 import math
 import time
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from ripple_flwr.aggregation.mixing import uniform_sample
 from ripple_flwr.app.protocol.candidates import Payload
 from ripple_flwr.app.protocol.messages import train_config
 from ripple_flwr.app.protocol.records import state_to_record
-from ripple_flwr.app.server.strategies.core.evaluation.rounds import EvaluationRounds
+from ripple_flwr.app.server.strategies.core.evaluation.rounds import Evaluator, metrics_of
 from ripple_flwr.app.server.strategies.core.replies.acceptance import ReplyAcceptance
 from ripple_flwr.app.server.strategies.core.replies.validation import (
     Accepted,
@@ -50,7 +50,6 @@ from ripple_flwr.app.server.strategies.core.replies.validation import (
 )
 from ripple_flwr.app.server.strategies.core.roster.admission import ClientRoster, QueryResult
 from ripple_flwr.app.server.strategies.core.rounds.accounting import (
-    EvaluationRecord,
     Ledger,
     RoundRecord,
 )
@@ -81,7 +80,7 @@ def client_train_config(settings: RunSettings) -> ConfigRecord:
     )
 
 
-class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
+class AppStrategy(ReplyAcceptance, Strategy):
     """A Flower strategy run over the app's clients.
 
     Subclasses implement :meth:`eval_payloads`; they may override
@@ -109,6 +108,7 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
         summary_dim: int | None = None,
         roster: ClientRoster | None = None,
         ledger: Ledger | None = None,
+        evaluator: Evaluator | None = None,
         **kwargs: Any,
     ) -> None:
         """The app's side of a method's strategy.
@@ -123,8 +123,9 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
         summary_kind, summary_dim
             What each client must send in the one-shot query round (``"none"``, or the
             router's ``"embedding"`` / ``"mean"`` of that length).
-        roster, ledger
-            Who takes part and what each round cost: built from ``settings`` when not given.
+        roster, ledger, evaluator
+            Who takes part, what each round cost, and how the clients are evaluated: built
+            from ``settings`` when not given.
         **kwargs
             The arguments of the Flower class after this one in a method's bases, if any.
         """
@@ -149,10 +150,7 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
         self._accepted_norms: list[float] = []
         self._accepted_radials: list[float] = []
         self.failures: dict[int, int] = {}  # row -> training rounds failed in a row
-        self._eval_sent: list[tuple[int, Message]] = []
-        self._eval_candidates: dict[int, int] = {}
-        self._eval: EvaluationRecord | None = None
-        self._eval_start = 0.0
+        self.evaluator = Evaluator(settings) if evaluator is None else evaluator
 
     # -- what the method declares ---------------------------------------------------------
     @classmethod
@@ -370,6 +368,49 @@ class AppStrategy(ReplyAcceptance, EvaluationRounds, Strategy):
         if not accepted:
             return None
         return MetricRecord({"train_loss": rec.train_loss, "num-examples": rec.num_examples})
+
+    # -- evaluation ------------------------------------------------------------------------
+    def is_eval_round(self, server_round: int) -> bool:
+        return self.evaluator.is_eval_round(server_round, self.num_rounds)
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Each client of the round's sample gets the model it would receive, on eval rounds."""
+        if not self.is_eval_round(server_round):
+            return []
+        rows = self.evaluator.sample(len(self.clients), server_round)
+        payloads = self.eval_payloads_of(arrays, rows)
+        return self.evaluator.send(server_round, rows, self.clients, payloads)
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        """Sample-weighted mean and spread of the clients' personalised accuracies."""
+        rec = self.evaluator.score(server_round, replies, self.clients, self.num_rounds)
+        if rec is None:
+            return None
+        self.scored(server_round, rec.clients)
+        self.ledger.add_evaluation(rec)
+        self._readmit(server_round, rec.clients)
+        return metrics_of(rec)
+
+    def scored(self, server_round: int, per_client: list) -> None:
+        """Read an evaluation's scores (IFCA: which model each client chose); nothing by default."""
+        return None
+
+    def _readmit(self, server_round: int, scored: list) -> None:
+        """A client left out of sampling that answers an evaluation is sampled again."""
+        row_of = {p: r for r, p in enumerate(self.clients.partition_ids)}
+        for c in scored:
+            row = row_of[c.partition]
+            if self.failures.get(row, 0) >= self.settings.robustness.max_failures:
+                log.info(
+                    "round %d: partition %d answers again; back in sampling",
+                    server_round,
+                    c.partition,
+                )
+            self.failures.pop(row, None)
 
     # -- resume ----------------------------------------------------------------------------
     def server_state(self, server_round: int) -> dict[str, Any]:

@@ -1,9 +1,10 @@
-"""A round's personalised evaluation, sent and scored: :class:`EvaluationRounds`.
+"""A round's personalised evaluation, sent and scored: :class:`Evaluator`.
 
-Part of :class:`~ripple_flwr.app.server.strategies.core.base.AppStrategy` (a mixin
-it is built from). Every client gets the model(s) it would receive on eval
-rounds; the replies are scored in one place
+A collaborator of :class:`~ripple_flwr.app.server.strategies.core.base.AppStrategy`,
+passed in through its constructor. On eval rounds every sampled client gets the
+model(s) the method would give it; the replies are scored in one place
 (:func:`~ripple_flwr.app.server.strategies.core.replies.validation.collect_evaluations`).
+The evaluator names no method: the strategy supplies the payloads and reads the scores.
 """
 
 from __future__ import annotations
@@ -13,15 +14,16 @@ import time
 from collections.abc import Iterable
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
-from flwr.serverapp import Grid
+from flwr.app import Message, MetricRecord
 
-from ripple_flwr.app.protocol.candidates import payload_nbytes, payload_size
+from ripple_flwr.app.protocol.candidates import Payload, payload_nbytes, payload_size
 from ripple_flwr.app.server.strategies.core.evaluation.scoring import evaluate_messages, score_stats
 from ripple_flwr.app.server.strategies.core.replies.validation import (
     collect_evaluations,
 )
+from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
 from ripple_flwr.app.server.strategies.core.rounds.accounting import EvaluationRecord
+from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
 
@@ -45,109 +47,113 @@ def eval_sample(num_clients: int, fraction: float, seed: int, server_round: int)
     return np.sort(rng.choice(num_clients, size=size, replace=False)).astype(np.int64)
 
 
-class EvaluationRounds:
-    """Evaluates the clients for :class:`AppStrategy` (see its attributes): every client, or
-    an ``eval-fraction`` sample of them (:func:`eval_sample`)."""
+class Evaluator:
+    """Evaluates a run's clients: every client, or an ``eval-fraction`` sample of them
+    (:func:`eval_sample`), every ``eval-every`` rounds and at the last.
 
-    def is_eval_round(self, server_round: int) -> bool:
-        return (
-            server_round % self.settings.evaluation.eval_every == 0
-            or server_round == self.num_rounds
-        )
+    Parameters
+    ----------
+    settings
+        The run's settings (its evaluation group, seed and round timeout).
+    """
 
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        """Each client of the round's sample gets the model it would receive, on eval rounds."""
-        if not self.is_eval_round(server_round):
-            return []
+    def __init__(self, settings: RunSettings) -> None:
+        self.settings = settings
+        self._sent: list[tuple[int, Message]] = []  # (row, message) of this evaluation
+        self._candidates: dict[int, int] = {}  # row -> models sent (the reply may pick one)
+        self._record: EvaluationRecord | None = None
+        self._start = 0.0
+
+    def is_eval_round(self, server_round: int, num_rounds: int) -> bool:
+        """Every ``eval-every`` rounds, and the run's last."""
+        return server_round % self.settings.evaluation.eval_every == 0 or server_round == num_rounds
+
+    def sample(self, num_clients: int, server_round: int) -> np.ndarray:
+        """The rows scored this round (:func:`eval_sample`)."""
         s = self.settings
-        rows = eval_sample(
-            len(self.clients), s.evaluation.eval_fraction, s.training.seed, server_round
-        )
-        payloads = self.eval_payloads_of(arrays, rows)
-        node_ids = [self.clients.node_ids[r] for r in rows.tolist()]
+        return eval_sample(num_clients, s.evaluation.eval_fraction, s.training.seed, server_round)
+
+    def send(
+        self,
+        server_round: int,
+        rows: np.ndarray,
+        clients: QueryResult,
+        payloads: list[Payload],
+    ) -> list[Message]:
+        """The evaluation messages: row ``rows[i]`` gets ``payloads[i]``."""
+        node_ids = [clients.node_ids[r] for r in rows.tolist()]
         messages = evaluate_messages(node_ids, payloads, server_round)
-        self._eval_sent = list(zip(rows.tolist(), messages, strict=True))
-        self._eval_candidates = {
+        self._sent = list(zip(rows.tolist(), messages, strict=True))
+        self._candidates = {
             row: payload_size(p) for row, p in zip(rows.tolist(), payloads, strict=True)
         }
-        self._eval = EvaluationRecord(
+        self._record = EvaluationRecord(
             round=server_round,
             bytes_down=sum(payload_nbytes(p) for p in payloads),
             expected=len(messages),
-            population=len(self.clients),
+            population=len(clients),
         )
-        self._eval_start = time.perf_counter()
+        self._start = time.perf_counter()
         return messages
 
-    def aggregate_evaluate(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> MetricRecord | None:
-        """Sample-weighted mean and spread of the clients' personalised accuracies."""
-        if not self._eval_sent:
+    def score(
+        self, server_round: int, replies: Iterable[Message], clients: QueryResult, num_rounds: int
+    ) -> EvaluationRecord | None:
+        """The evaluation's record from its replies (``None``: nothing was sent this round).
+
+        Accuracies are the sample-weighted mean and spread of the clients' personalised
+        scores; a reply that fails the checks is a failed client, with its reason.
+        """
+        if not self._sent:
             return None
-        pending = {str(m.metadata.message_id): row for row, m in self._eval_sent}
-        self._eval_sent = []
+        pending = {str(m.metadata.message_id): row for row, m in self._sent}
+        self._sent = []
         per_client, failed = collect_evaluations(
             replies,
             pending,
-            self.clients.partition_ids,
-            self.clients.known_tests(),
+            clients.partition_ids,
+            clients.known_tests(),
             self.settings.robustness.round_timeout,
             server_round,
-            num_candidates=self._eval_candidates,
+            num_candidates=self._candidates,
         )
-        self.scored(server_round, per_client)
-        rec = self._eval
-        rec.wall_seconds = time.perf_counter() - self._eval_start
+        rec = self._record
+        rec.wall_seconds = time.perf_counter() - self._start
         rec.accuracy, rec.loss = score_stats(per_client), score_stats(per_client, "loss")
         rec.clients, rec.failed = per_client, failed
         rec.scored = len(per_client)
         rec.coverage = rec.scored / rec.expected if rec.expected else 0.0
-        self.ledger.add_evaluation(rec)
-        self._readmit(server_round, per_client)
-        log.info(
-            "round %d/%d: personalised accuracy %.4f (weighted mean over %d of %d clients asked, "
-            "of %d; coverage %.2f; std %.4f, min %.4f)",
-            server_round,
-            self.num_rounds,
-            rec.accuracy["weighted_mean"],
-            rec.scored,
-            rec.expected,
-            rec.population,
-            rec.coverage,
-            rec.accuracy["std"],
-            rec.accuracy["min"],
-        )
-        for f in failed:
-            log.warning(
-                "round %d: partition %d not scored: %s", server_round, f.partition, f.reason
-            )
-        if not per_client:
-            return None
-        return MetricRecord(
-            {
-                "accuracy": rec.accuracy["weighted_mean"],
-                "accuracy-std": rec.accuracy["std"],
-                "loss": rec.loss["weighted_mean"],
-                "num-examples": sum(c.num_examples for c in per_client),
-            }
-        )
+        _log_evaluation(rec, num_rounds)
+        return rec
 
-    def scored(self, server_round: int, per_client: list) -> None:
-        """Read an evaluation's scores (IFCA: which model each client chose); nothing by default."""
+
+def metrics_of(rec: EvaluationRecord) -> MetricRecord | None:
+    """Flower's metrics of an evaluation (``None`` when no client was scored)."""
+    if not rec.clients:
         return None
+    return MetricRecord(
+        {
+            "accuracy": rec.accuracy["weighted_mean"],
+            "accuracy-std": rec.accuracy["std"],
+            "loss": rec.loss["weighted_mean"],
+            "num-examples": sum(c.num_examples for c in rec.clients),
+        }
+    )
 
-    def _readmit(self, server_round: int, scored: list) -> None:
-        """A client left out of sampling that answers an evaluation is sampled again."""
-        row_of = {p: r for r, p in enumerate(self.clients.partition_ids)}
-        for c in scored:
-            row = row_of[c.partition]
-            if self.failures.get(row, 0) >= self.settings.robustness.max_failures:
-                log.info(
-                    "round %d: partition %d answers again; back in sampling",
-                    server_round,
-                    c.partition,
-                )
-            self.failures.pop(row, None)
+
+def _log_evaluation(rec: EvaluationRecord, num_rounds: int) -> None:
+    log.info(
+        "round %d/%d: personalised accuracy %.4f (weighted mean over %d of %d clients asked, "
+        "of %d; coverage %.2f; std %.4f, min %.4f)",
+        rec.round,
+        num_rounds,
+        rec.accuracy["weighted_mean"],
+        rec.scored,
+        rec.expected,
+        rec.population,
+        rec.coverage,
+        rec.accuracy["std"],
+        rec.accuracy["min"],
+    )
+    for f in rec.failed:
+        log.warning("round %d: partition %d not scored: %s", rec.round, f.partition, f.reason)
