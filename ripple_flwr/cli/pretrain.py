@@ -36,7 +36,7 @@ import numpy as np
 from ripple_flwr.cli.common import OneLineParser, UsageError, check_device
 from ripple_flwr.cli.pretrain_bounds import check_numbers
 from ripple_flwr.data import available_datasets, fold_labels, load_dataset, server_aux_split
-from ripple_flwr.data.registry import embed_size_of
+from ripple_flwr.data.registry import base_name, embed_size_of
 from ripple_flwr.router.pretrain import (
     PretrainSettings,
     aux_rows,
@@ -274,7 +274,7 @@ def cli_embed_size(a: argparse.Namespace) -> int:
     when D_aux is carved from it, the images' own size for the server's own files."""
     if a.embed_size or a.aux_data:
         return a.embed_size
-    return embed_size_of(a.dataset.strip().lower().removeprefix("rotated-")) or 0
+    return embed_size_of(base_name(a.dataset)) or 0
 
 
 def _check_options(a: argparse.Namespace) -> None:

@@ -21,8 +21,8 @@ from ripple_flwr.data.loaders import (
 )
 from ripple_flwr.data.office_home import OFFICE_HOME_SIZE, load_office_home
 from ripple_flwr.data.rotated import rotate_dataset
-
-ROTATED_PREFIX = "rotated-"
+from ripple_flwr.settings.groups import ROTATED_PREFIX
+from ripple_flwr.settings.groups import base_dataset_name as base_name
 
 
 @dataclass(frozen=True)
@@ -134,12 +134,6 @@ for _spec in (
     ),
 ):
     register_dataset(_spec)
-
-
-def base_name(name: str) -> str:
-    """``name`` without its ``rotated-`` prefix, lower case."""
-    key = name.strip().lower()
-    return key[len(ROTATED_PREFIX) :] if key.startswith(ROTATED_PREFIX) else key
 
 
 def dataset_spec(name: str) -> DatasetSpec | None:

@@ -32,6 +32,12 @@ TRACKERS: tuple[str, ...] = get_args(Tracker)
 ROTATED_PREFIX = "rotated-"
 
 
+def base_dataset_name(name: str) -> str:
+    """A dataset's name without its ``rotated-`` prefix, lower case: the registered one."""
+    key = name.strip().lower()
+    return key[len(ROTATED_PREFIX) :] if key.startswith(ROTATED_PREFIX) else key
+
+
 def class_list(text: str) -> tuple[str, ...]:
     """A comma-separated class list ("a, b, c") as a tuple; "" -> ()."""
     return tuple(c.strip() for c in text.split(",") if c.strip())
@@ -123,8 +129,7 @@ class DataSettings:
     @property
     def base_dataset(self) -> str:
         """The registered dataset under a ``rotated-`` wrapper (lower-case)."""
-        key = self.dataset.strip().lower()
-        return key[len(ROTATED_PREFIX) :] if key.startswith(ROTATED_PREFIX) else key
+        return base_dataset_name(self.dataset)
 
     @property
     def rotated(self) -> bool:
