@@ -143,11 +143,11 @@ def test_a_query_without_its_summary_kind_is_answered_with_the_reason(cache_dir)
 def test_federation_cache_on_disk(tmp_path):
     cfg = tiny_run_config(tmp_path)
     settings = parse_run_config(cfg)
-    federation_cache._FEDERATIONS.clear()  # built in another cache folder earlier
+    federation_cache.PROCESS_DATA.clear()  # built in another cache folder earlier
     built = federation_cache.cached_federation(settings)
     files = list((tmp_path / "federations").glob("federation-*.npz"))
     assert len(files) == 1
-    federation_cache._FEDERATIONS.clear()  # a fresh process (as in deployment)
+    federation_cache.PROCESS_DATA.clear()  # a fresh process (as in deployment)
     loaded = federation_cache.cached_federation(settings)
     assert loaded is not built
     for a, b in zip(
@@ -159,7 +159,7 @@ def test_federation_cache_on_disk(tmp_path):
     np.testing.assert_array_equal(built.mixtures, loaded.mixtures)
     # A corrupt cache file is rebuilt, not trusted.
     files[0].write_bytes(b"not an npz")
-    federation_cache._FEDERATIONS.clear()
+    federation_cache.PROCESS_DATA.clear()
     rebuilt = federation_cache.cached_federation(settings)
     np.testing.assert_array_equal(rebuilt.aux_indices, built.aux_indices)
 

@@ -25,8 +25,27 @@ from ripple_flwr.settings import RunSettings
 log = logging.getLogger("flwr.ripple")
 
 FORMAT_VERSION = 1
-_DATASETS: dict[tuple[str, str, int], ImageDataset] = {}
-_FEDERATIONS: dict[str, Federation] = {}
+
+
+class DataCache:
+    """The process's one dataset and one federation, each kept for the key it was built for.
+
+    One of each at a time (memory): another run's settings replace them.
+    :meth:`clear` forgets both (the client runtime clears it with its own slots).
+    """
+
+    def __init__(self) -> None:
+        self.dataset_key: tuple[str, str, int] | None = None
+        self.dataset: ImageDataset | None = None
+        self.federation_key: str | None = None
+        self.federation: Federation | None = None
+
+    def clear(self) -> None:
+        self.dataset_key = self.dataset = self.federation_key = self.federation = None
+
+
+PROCESS_DATA = DataCache()
+"""What this process keeps of the run's data (:func:`cached_dataset`, :func:`cached_federation`)."""
 
 
 def _image_size(settings: RunSettings) -> int:
@@ -38,12 +57,14 @@ def cached_dataset(settings: RunSettings) -> ImageDataset:
     """The run's dataset, loaded once per process."""
     image_size = _image_size(settings)
     key = (settings.data.dataset, settings.data.data_root, image_size)
-    if key not in _DATASETS:
-        _DATASETS.clear()  # one dataset per process at a time (memory)
-        _DATASETS[key] = load_dataset(
+    cache = PROCESS_DATA
+    if cache.dataset is None or cache.dataset_key != key:
+        cache.clear()  # one dataset per process at a time (memory); its federation goes too
+        cache.dataset = load_dataset(
             settings.data.dataset, settings.data.data_root_or_none, image_size=image_size
         )
-    return _DATASETS[key]
+        cache.dataset_key = key
+    return cache.dataset
 
 
 def federation_key(settings: RunSettings) -> str:
@@ -66,16 +87,16 @@ def cached_federation(settings: RunSettings, *, use_disk: bool = True) -> Federa
     """The run's federation: from this process, else from disk, else built (and saved)."""
     key = federation_key(settings)
     dataset = cached_dataset(settings)
-    if key in _FEDERATIONS and _FEDERATIONS[key].dataset is dataset:  # same rows, same pixels
-        return _FEDERATIONS[key]
+    cache = PROCESS_DATA
+    if cache.federation_key == key and cache.federation.dataset is dataset:  # same rows, pixels
+        return cache.federation
     path = settings.outputs.cache_root() / "federations" / f"federation-{key}.npz"
     federation = _load(path, dataset) if use_disk else None
     if federation is None:
         federation = build_federation(dataset, **settings.federation_kwargs())
         if use_disk:
             _save(path, federation, dataset)
-    _FEDERATIONS.clear()
-    _FEDERATIONS[key] = federation
+    cache.federation, cache.federation_key = federation, key
     return federation
 
 

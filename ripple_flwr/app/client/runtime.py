@@ -4,7 +4,9 @@ Flower starts a ClientApp process per message in a deployment and reuses one in
 simulation; either way, what is expensive to build is built once per process and kept
 here, never in scattered module globals: the parsed run config, the node's settings, the
 embedder (its scattering filters), the model skeleton, the node's own decoded files and
-the torch thread count. Each slot holds one value for one key (one run, one node, one
+the torch thread count (the run's dataset and federation are the data layer's
+:data:`~ripple_flwr.data.cache.PROCESS_DATA`, which :meth:`ClientRuntime.clear` clears
+too). Each slot holds one value for one key (one run, one node, one
 shape at a time), so memory stays bounded; :meth:`ClientRuntime.clear` forgets all of it.
 """
 
@@ -13,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
+
+from ripple_flwr.data.cache import PROCESS_DATA
 
 T = TypeVar("T")
 
@@ -68,6 +72,7 @@ class ClientRuntime:
             slot.clear()
         self.node_settings.clear()
         self.threads = None
+        PROCESS_DATA.clear()
 
 
 RUNTIME = ClientRuntime()
