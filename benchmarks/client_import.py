@@ -4,7 +4,10 @@ message of a deployed run), and which of the app's modules it loads.
 Prints ONE JSON line: the median (and min, max) wall seconds of ``import client_app`` in
 fresh interpreters, the number of ``ripple_flwr`` modules loaded, whether any server-side
 module was; with ``--against DIR`` (another checkout, e.g. ``git worktree add /tmp/old
-<commit>``) the same for it, alternating runs, and the ratio this / that.
+<commit>``) the same for it, alternating runs, and the ratio this / that. It also times
+the floor under both: ``import torch, flwr.clientapp`` alone, what every message of any
+version needs (training, evaluation and the WST embedding all run in torch), and that
+floor's ratio to the other checkout.
 
     python benchmarks/client_import.py [--runs 7] [--against /tmp/old] [--json FILE]
 """
@@ -28,15 +31,18 @@ PROBE = (
 )
 
 
-def one_run(root: Path) -> tuple[float, int, int]:
-    """Wall seconds of one fresh ``import client_app`` from ``root``; modules loaded."""
+FLOOR = "import torch, flwr.clientapp; print(0, 0)"
+
+
+def one_run(root: Path | None) -> tuple[float, int, int]:
+    """Wall seconds of one fresh ``import client_app`` from ``root``; modules loaded.
+
+    ``root`` None: the floor (torch and Flower's ClientApp alone).
+    """
+    code = FLOOR if root is None else PROBE.format(root=str(root))
     t0 = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-c", PROBE.format(root=str(root))],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=root,
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root or ROOT
     )
     seconds = time.perf_counter() - t0
     mods, server = (int(v) for v in out.stdout.split())
@@ -55,25 +61,40 @@ def summary(runs: list[tuple[float, int, int]]) -> dict:
     }
 
 
+def commit_of(root: Path) -> str | None:
+    """The checkout's commit (``None`` outside git)."""
+    out = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return out.stdout.strip() or None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="counted runs (after one warm-up)")
     parser.add_argument("--against", type=Path, help="another checkout to compare with")
     parser.add_argument("--json", type=Path, help="also write the line here")
     args = parser.parse_args(argv)
-    roots = [ROOT] + ([args.against.resolve()] if args.against else [])
+    roots = [ROOT, None] + ([args.against.resolve()] if args.against else [])
     for root in roots:
         one_run(root)  # warm-up: the file cache
-    runs: dict[Path, list] = {root: [] for root in roots}
+    runs: dict[Path | None, list] = {root: [] for root in roots}
     for _ in range(args.runs):
-        for root in roots:  # alternating, so a drift in the machine's speed hits both
+        for root in roots:  # alternating, so a drift in the machine's speed hits all
             runs[root].append(one_run(root))
-    line = {"this": summary(runs[ROOT]), "runs": args.runs}
+    line = {
+        "this": {**summary(runs[ROOT]), "commit": commit_of(ROOT)},
+        "floor": {k: v for k, v in summary(runs[None]).items() if k.endswith("_s")},
+        "runs": args.runs,
+    }
     if args.against:
-        line["against"] = {**summary(runs[roots[1]]), "checkout": str(args.against)}
-        line["ratio_this_over_against"] = round(
-            line["this"]["median_s"] / line["against"]["median_s"], 3
-        )
+        other = line["against"] = {
+            **summary(runs[roots[2]]),
+            "checkout": str(args.against),
+            "commit": commit_of(args.against),
+        }
+        line["ratio_this_over_against"] = round(line["this"]["median_s"] / other["median_s"], 3)
+        line["ratio_floor_over_against"] = round(line["floor"]["median_s"] / other["median_s"], 3)
     text = json.dumps(line)
     print(text)
     if args.json:

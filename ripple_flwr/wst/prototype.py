@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.linalg.blas import ssyrk
 
 from ripple_flwr.wst.subspace import RANK_TOL, top_eigenpairs
 from ripple_flwr.wst.threads import one_cpu_thread
@@ -136,6 +135,9 @@ def centred_gram(xc: torch.Tensor) -> torch.Tensor:
     """
     if xc.device.type != "cpu" or xc.dtype != torch.float32:
         return xc @ xc.transpose(1, 2)
+    # scipy (0.2 s to import) only here: a client's training and evaluation never embed.
+    from scipy.linalg.blas import ssyrk
+
     b, n, _ = xc.shape
     gram = torch.empty((b, n, n), dtype=xc.dtype)
     with one_cpu_thread("cpu"):  # BLAS threads would fight torch's spinning OpenMP ones

@@ -25,9 +25,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from kymatio.scattering2d.backend.torch_backend import Pad
-from kymatio.scattering2d.filter_bank import filter_bank
-from kymatio.scattering2d.utils import compute_padding
 
 
 def _aliasing_filters(psi: np.ndarray, k: int) -> torch.Tensor:
@@ -110,6 +107,12 @@ class Scattering2D(torch.nn.Module):
     """
 
     def __init__(self, J: int, shape: tuple[int, int], L: int = 8) -> None:
+        # kymatio (and scipy.fft under it, 0.2 s to import) only when filters are built: a
+        # client process that trains or evaluates never embeds.
+        from kymatio.scattering2d.backend.torch_backend import Pad
+        from kymatio.scattering2d.filter_bank import filter_bank
+        from kymatio.scattering2d.utils import compute_padding
+
         super().__init__()
         m, n = shape
         if 2**J >= min(m, n):
