@@ -14,6 +14,7 @@ with ``np.frombuffer``, falling back to ``np.load`` for anything else.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from io import BytesIO
 
 import numpy as np
@@ -80,6 +81,11 @@ def from_array(array: Array) -> np.ndarray:
 def state_to_record(state: dict[str, np.ndarray]) -> ArrayRecord:
     """A model state (numpy, in ``state_dict`` order) as an ArrayRecord (0-d tensors stay 0-d)."""
     return ArrayRecord({k: to_array(np.asarray(v)) for k, v in state.items()})
+
+
+def states_to_records(states: Sequence[dict[str, np.ndarray]]) -> list[ArrayRecord]:
+    """Several model states as ArrayRecords, in order."""
+    return [state_to_record(s) for s in states]
 
 
 def record_to_state(record: ArrayRecord) -> dict[str, np.ndarray]:

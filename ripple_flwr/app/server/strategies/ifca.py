@@ -44,7 +44,7 @@ from flwr.serverapp import Grid
 
 from ripple_flwr.aggregation.clustering import State, redraw_until_balanced, smallest_share
 from ripple_flwr.app.protocol.candidates import payload_nbytes
-from ripple_flwr.app.server.strategies.core.base import states_to_records
+from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.strategies.core.clustered import ClusterModels
 from ripple_flwr.app.server.strategies.core.evaluation.scoring import evaluate_on
 from ripple_flwr.app.server.strategies.core.replies.fields import REPLY_ERRORS

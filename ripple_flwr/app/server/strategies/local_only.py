@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import ArrayRecord
 
-from ripple_flwr.app.server.strategies.core.base import states_to_records
+from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.server_models import ServerModels

@@ -21,7 +21,7 @@ from ripple_flwr.aggregation.mixing import (
     unstack,
 )
 from ripple_flwr.aggregation.robust import unsafe_stacked_steps
-from ripple_flwr.app.server.strategies.core.base import states_to_records
+from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.server_models import ServerModels

@@ -28,7 +28,7 @@ import logging
 import math
 import time
 from abc import abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,6 @@ from flwr.serverapp.strategy import Result, Strategy
 from ripple_flwr.aggregation.mixing import uniform_sample
 from ripple_flwr.app.protocol.candidates import Payload
 from ripple_flwr.app.protocol.messages import train_config
-from ripple_flwr.app.protocol.records import state_to_record
 from ripple_flwr.app.server.strategies.core.evaluation.rounds import Evaluator, metrics_of
 from ripple_flwr.app.server.strategies.core.replies.acceptance import ReplyAcceptance
 from ripple_flwr.app.server.strategies.core.replies.validation import (
@@ -55,8 +54,10 @@ from ripple_flwr.app.server.strategies.core.rounds.accounting import (
 )
 from ripple_flwr.app.server.strategies.core.rounds.grid import PollingGrid
 from ripple_flwr.app.server.strategies.core.rounds.loop import run_rounds
-from ripple_flwr.app.server.strategies.core.state.plain import to_plain
-from ripple_flwr.app.server.strategies.core.state.restore import restored_fields
+from ripple_flwr.app.server.strategies.core.state.server_state import (
+    restore_server_state,
+    server_state,
+)
 from ripple_flwr.runs.results import message_nbytes
 from ripple_flwr.runs.resume import save_server_state
 from ripple_flwr.settings import RunSettings
@@ -64,10 +65,6 @@ from ripple_flwr.settings import RunSettings
 log = logging.getLogger("flwr.ripple")
 
 _SAMPLER_KEY = 0x5A4D  # SeedSequence key of the client sampler (same for every method)
-
-
-def states_to_records(states: Sequence[dict[str, np.ndarray]]) -> list[ArrayRecord]:
-    return [state_to_record(s) for s in states]
 
 
 def client_train_config(settings: RunSettings) -> ConfigRecord:
@@ -415,32 +412,11 @@ class AppStrategy(ReplyAcceptance, Strategy):
     # -- resume ----------------------------------------------------------------------------
     def server_state(self, server_round: int) -> dict[str, Any]:
         """Everything the server needs to continue after ``server_round``."""
-        return {
-            "round": server_round,
-            "method": self.settings.method,
-            "settings": self.settings.to_dict(),
-            "rng": self.rng.bit_generator.state,
-            "ledger": self.ledger.to_dict(),
-            "roster": self.roster.to_dict(),
-            "fields": {name: to_plain(name, getattr(self, name)) for name in self.declared_state()},
-        }
+        return server_state(self, server_round)
 
     def restore_server_state(self, state: dict[str, Any]) -> None:
-        """Continue from :meth:`server_state` (after this process's own query round).
-
-        The saved clients keep their rows (partition order); their node ids
-        come from this process's query round, so restarted SuperNodes are found.
-        """
-        fields = restored_fields(self, state["fields"])  # declared and of their kind, or refused
-        fresh = {
-            p: n for p, n in zip(self.clients.partition_ids, self.clients.node_ids, strict=True)
-        }
-        self.roster.restore(state["roster"], fresh)
-        self.rng.bit_generator.state = state["rng"]
-        self.ledger = Ledger.from_dict(state["ledger"])
-        for name, value in fields.items():
-            setattr(self, name, value)
-        self.round_offset = int(state["round"])
+        """Continue from :meth:`server_state` (after this process's own query round)."""
+        restore_server_state(self, state)
 
     def maybe_checkpoint(self, server_round: int) -> None:
         """Save the server state after ``server_round`` when ``checkpoint-every`` says so.

@@ -18,7 +18,7 @@ from flwr.app import ArrayRecord
 
 from ripple_flwr.aggregation.clustering import State, cluster_means, float_keys
 from ripple_flwr.aggregation.robust import unsafe_step
-from ripple_flwr.app.server.strategies.core.base import states_to_records
+from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.server_models import ServerModels

@@ -1,0 +1,50 @@
+"""A strategy's whole server state, saved after a round and restored on resume.
+
+:func:`server_state` gathers what a run needs to continue (the round, the settings, the
+sampler, the ledger, the roster and the method's declared fields as plain data);
+:func:`restore_server_state` puts it back after this process's own query round, taking
+only the declared fields, each checked (:func:`~.restore.restored_fields`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ripple_flwr.app.server.strategies.core.rounds.accounting import Ledger
+from ripple_flwr.app.server.strategies.core.state.plain import to_plain
+from ripple_flwr.app.server.strategies.core.state.restore import restored_fields
+
+if TYPE_CHECKING:
+    from ripple_flwr.app.server.strategies.core.base import AppStrategy
+
+
+def server_state(strategy: AppStrategy, server_round: int) -> dict[str, Any]:
+    """Everything the server needs to continue after ``server_round``."""
+    return {
+        "round": server_round,
+        "method": strategy.settings.method,
+        "settings": strategy.settings.to_dict(),
+        "rng": strategy.rng.bit_generator.state,
+        "ledger": strategy.ledger.to_dict(),
+        "roster": strategy.roster.to_dict(),
+        "fields": {
+            name: to_plain(name, getattr(strategy, name)) for name in strategy.declared_state()
+        },
+    }
+
+
+def restore_server_state(strategy: AppStrategy, state: dict[str, Any]) -> None:
+    """Continue from :func:`server_state` (after this process's own query round).
+
+    The saved clients keep their rows (partition order); their node ids come from
+    this process's query round, so restarted SuperNodes are found.
+    """
+    fields = restored_fields(strategy, state["fields"])  # declared and of their kind, or refused
+    clients = strategy.clients
+    fresh = {p: n for p, n in zip(clients.partition_ids, clients.node_ids, strict=True)}
+    strategy.roster.restore(state["roster"], fresh)
+    strategy.rng.bit_generator.state = state["rng"]
+    strategy.ledger = Ledger.from_dict(state["ledger"])
+    for name, value in fields.items():
+        setattr(strategy, name, value)
+    strategy.round_offset = int(state["round"])
