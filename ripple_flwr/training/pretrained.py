@@ -213,40 +213,19 @@ def _read(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_imagenet_weights(model: nn.Module, weights: str | Path | None = None) -> dict[str, Any]:
-    """Load torchvision's ImageNet weights into ``model`` in place; return a report.
-
-    ``model`` comes from ``build_model("resnet18", ..., pretrained=True)``. The
-    file is ``weights`` when given (a missing one raises
-    :class:`PretrainedWeightsError` naming it), else
-    :func:`pretrained_weights_path`'s, downloaded there when absent (a failed
-    download raises :class:`PretrainedWeightsError` saying where to place it).
-    It is read with ``torch.load(weights_only=True, map_location="cpu")``.
-
-    Skipped: the head ``fc.*`` (new, C classes) and ``conv1.weight`` of the
-    small-image stem (3x3, trained from scratch); a grey model's 7x7 ``conv1``
-    gets the RGB filter summed over its input channels. BatchNorm's
-    ``num_batches_tracked`` counters, absent from torchvision's file, stay 0.
-    Any other missing, extra or misshapen key means a wrong file: a
-    :class:`ValueError` naming the first few, and nothing is written.
-
-    Returns ``{"path", "sha256", "official", "loaded", "skipped", "adapted"}``:
-    the file, its sha256, whether that is torchvision's file (sha256 starts with
-    ``f37072fd``), the number of tensors loaded, and the keys skipped and adapted.
-    """
-    if not isinstance(model, ImageNetResNet18):
-        raise ValueError(
-            "load_imagenet_weights needs a model built with "
-            "build_model('resnet18', image_shape, num_classes, pretrained=True)"
-        )
-    path = _locate(weights)
-    source = _read(path)
-    target = model.state_dict()
+def _match_weights(
+    source: dict[str, torch.Tensor],
+    target: dict[str, torch.Tensor],
+    *,
+    small_stem: bool,
+    path: Path,
+) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
+    """(tensors to load by key, keys skipped, keys adapted) of the file ``source`` for the
+    model's ``target``; a key missing, extra or misshapen is a :class:`ValueError`."""
     new: dict[str, torch.Tensor] = {}
     skipped: list[str] = []
     adapted: list[str] = []
     problems: list[str] = []
-    small_stem = not model.imagenet_stem
     for key, dst in target.items():
         if key.startswith("fc."):
             skipped.append(key)
@@ -282,6 +261,41 @@ def load_imagenet_weights(model: nn.Module, weights: str | Path | None = None) -
             f"{path} does not hold torchvision's resnet18 ImageNet weights ({RESNET18_FILE}): "
             f"{shown}"
         )
+    return new, skipped, adapted
+
+
+def load_imagenet_weights(model: nn.Module, weights: str | Path | None = None) -> dict[str, Any]:
+    """Load torchvision's ImageNet weights into ``model`` in place; return a report.
+
+    ``model`` comes from ``build_model("resnet18", ..., pretrained=True)``. The
+    file is ``weights`` when given (a missing one raises
+    :class:`PretrainedWeightsError` naming it), else
+    :func:`pretrained_weights_path`'s, downloaded there when absent (a failed
+    download raises :class:`PretrainedWeightsError` saying where to place it).
+    It is read with ``torch.load(weights_only=True, map_location="cpu")``.
+
+    Skipped: the head ``fc.*`` (new, C classes) and ``conv1.weight`` of the
+    small-image stem (3x3, trained from scratch); a grey model's 7x7 ``conv1``
+    gets the RGB filter summed over its input channels. BatchNorm's
+    ``num_batches_tracked`` counters, absent from torchvision's file, stay 0.
+    Any other missing, extra or misshapen key means a wrong file: a
+    :class:`ValueError` naming the first few, and nothing is written.
+
+    Returns ``{"path", "sha256", "official", "loaded", "skipped", "adapted"}``:
+    the file, its sha256, whether that is torchvision's file (sha256 starts with
+    ``f37072fd``), the number of tensors loaded, and the keys skipped and adapted.
+    """
+    if not isinstance(model, ImageNetResNet18):
+        raise ValueError(
+            "load_imagenet_weights needs a model built with "
+            "build_model('resnet18', image_shape, num_classes, pretrained=True)"
+        )
+    path = _locate(weights)
+    source = _read(path)
+    target = model.state_dict()
+    new, skipped, adapted = _match_weights(
+        source, target, small_stem=not model.imagenet_stem, path=path
+    )
     with torch.no_grad():
         for key, src in new.items():
             target[key].copy_(src)
