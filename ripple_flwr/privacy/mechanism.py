@@ -166,6 +166,34 @@ def clip_l2(x: np.ndarray, clip: float) -> np.ndarray:
     return arr * factor
 
 
+def _public_frame(
+    p: int,
+    center: np.ndarray | None,
+    scale: np.ndarray | None,
+    basis: np.ndarray | None,
+    lift: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """The mechanism's public centre, scale, basis and lift for ``p`` features, checked."""
+    c = np.zeros(p) if center is None else np.asarray(center, dtype=np.float64)
+    if c.shape != (p,) or not np.all(np.isfinite(c)):
+        raise ValueError(f"center must be ({p},) finite values, got shape {c.shape}")
+    s = np.ones(p) if scale is None else np.asarray(scale, dtype=np.float64)
+    if s.shape != (p,) or not np.all(np.isfinite(s)) or np.any(s <= 0):
+        raise ValueError(f"scale must be ({p},) finite values > 0, got shape {s.shape}")
+    if basis is not None:
+        basis = np.asarray(basis, dtype=np.float64)
+        if basis.ndim != 2 or basis.shape[0] != p or basis.shape[1] < 1:
+            raise ValueError(f"basis must be ({p}, r) with r >= 1, got shape {basis.shape}")
+        if not np.allclose(basis.T @ basis, np.eye(basis.shape[1]), atol=1e-6):
+            raise ValueError("basis columns must be orthonormal (e.g. from np.linalg.qr or svd)")
+        lift = basis if lift is None else np.asarray(lift, dtype=np.float64)
+        if lift.shape != basis.shape or not np.all(np.isfinite(lift)):
+            raise ValueError(f"lift must be {basis.shape} finite values, got shape {lift.shape}")
+    elif lift is not None:
+        raise ValueError("lift maps basis coordinates back; give a basis with it")
+    return c, s, basis, lift
+
+
 def privatize_embedding(
     embedding: np.ndarray,
     epsilon: float | None,
@@ -202,24 +230,7 @@ def privatize_embedding(
         raise ValueError(f"embedding must have shape (P,) or (B, P), got {x.shape}")
     if epsilon is None or math.isinf(epsilon):
         return np.array(x, dtype=np.float32, copy=True)
-    p = x.shape[-1]
-    c = np.zeros(p) if center is None else np.asarray(center, dtype=np.float64)
-    if c.shape != (p,) or not np.all(np.isfinite(c)):
-        raise ValueError(f"center must be ({p},) finite values, got shape {c.shape}")
-    s = np.ones(p) if scale is None else np.asarray(scale, dtype=np.float64)
-    if s.shape != (p,) or not np.all(np.isfinite(s)) or np.any(s <= 0):
-        raise ValueError(f"scale must be ({p},) finite values > 0, got shape {s.shape}")
-    if basis is not None:
-        basis = np.asarray(basis, dtype=np.float64)
-        if basis.ndim != 2 or basis.shape[0] != p or basis.shape[1] < 1:
-            raise ValueError(f"basis must be ({p}, r) with r >= 1, got shape {basis.shape}")
-        if not np.allclose(basis.T @ basis, np.eye(basis.shape[1]), atol=1e-6):
-            raise ValueError("basis columns must be orthonormal (e.g. from np.linalg.qr or svd)")
-        lift = basis if lift is None else np.asarray(lift, dtype=np.float64)
-        if lift.shape != basis.shape or not np.all(np.isfinite(lift)):
-            raise ValueError(f"lift must be {basis.shape} finite values, got shape {lift.shape}")
-    elif lift is not None:
-        raise ValueError("lift maps basis coordinates back; give a basis with it")
+    c, s, basis, lift = _public_frame(x.shape[-1], center, scale, basis, lift)
     xs = np.asarray(x, dtype=np.float64)
     if log_space:
         xs = np.sign(xs) * np.log1p(np.abs(xs))
