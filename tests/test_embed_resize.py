@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from ripple_flwr.router.synthetic import BankSettings, bank_key, cached_bank
-from ripple_flwr.wst.embedder import (
-    SpectralEmbedder,
+from ripple_flwr.wst.embedder import SpectralEmbedder
+from ripple_flwr.wst.shapes import (
     embed_shape,
     embedding_dim,
     resize_images,

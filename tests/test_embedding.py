@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from ripple_flwr.wst.embedder import SpectralEmbedder, embedding_dim, scattering_channels
+from ripple_flwr.wst.embedder import SpectralEmbedder
 from ripple_flwr.wst.prototype import PrototypeSettings, batch_prototypes
 from ripple_flwr.wst.scattering import Scattering2D
+from ripple_flwr.wst.shapes import embedding_dim, scattering_channels
 from ripple_flwr.wst.subspace import top_eigenpairs
 
 

@@ -19,7 +19,7 @@ from ripple_flwr.router.run_embedding import run_embed_size
 from ripple_flwr.runs.outputs import confined_cache_dir
 from ripple_flwr.settings import ConfigError, RunSettings
 from ripple_flwr.training.models import available_models
-from ripple_flwr.wst.embedder import validate_scattering
+from ripple_flwr.wst.shapes import validate_scattering
 
 
 def parse_run_config(run_config: Mapping[str, Any], *, method_rules: bool = True) -> RunSettings:

@@ -48,7 +48,7 @@ from ripple_flwr.router.training import TrainSettings
 from ripple_flwr.router.vae import SUPERVISED_DIVERGENCES, LossWeights
 from ripple_flwr.settings import RunSettings
 from ripple_flwr.settings.groups import class_list
-from ripple_flwr.wst.embedder import validate_scattering
+from ripple_flwr.wst.shapes import validate_scattering
 
 # A D_aux component with fewer images cannot give a synthetic client two distinct rows.
 MIN_AUX_PER_COMPONENT = 2

@@ -14,7 +14,7 @@ the transform itself is kymatio's algorithm vectorised over paths
 Large images can be embedded at a smaller size (``embed_size``; the paper embeds
 Office-Home's 224x224 and GLDv2's 64x64 images at 64x64): every client's images
 are resized first, before the prototype and the scattering, by
-:func:`resize_images` (bilinear with antialiasing, torch's own filter, so the
+:func:`~.shapes.resize_images` (bilinear with antialiasing, torch's own filter, so the
 server's synthetic clients and a real client resize alike). Images already at
 that size are not touched.
 """
@@ -27,7 +27,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ripple_flwr.wst.one_client_graph import OneClientGraph
 from ripple_flwr.wst.prototype import (
@@ -37,91 +36,11 @@ from ripple_flwr.wst.prototype import (
     canonical_row_order,
 )
 from ripple_flwr.wst.scattering import Scattering2D
+from ripple_flwr.wst.shapes import embed_shape, embedding_dim, resize_images, validate_scattering
 from ripple_flwr.wst.subspace import HOST_SOLVE_PLAN, uses_subspace_iteration
 from ripple_flwr.wst.threads import map_on_cpu_threads, one_cpu_thread
 
-__all__ = [
-    "PrototypeSettings",
-    "SpectralEmbedder",
-    "embed_shape",
-    "embedding_dim",
-    "resize_images",
-    "validate_scattering",
-]
-
-
-def scattering_channels(J: int, L: int) -> int:
-    """Scattering maps per input channel for order 2: 1 + JL + L^2 J(J-1)/2."""
-    return 1 + J * L + L * L * J * (J - 1) // 2
-
-
-def embed_shape(
-    image_shape: tuple[int, int, int], embed_size: int | None = None
-) -> tuple[int, int, int]:
-    """The ``(C, H', W')`` the scattering sees: ``(C, embed_size, embed_size)`` or the image's.
-
-    ``embed_size`` None (or 0) keeps the images' own size.
-    """
-    c, h, w = (int(s) for s in image_shape)
-    if embed_size is None or embed_size == 0:
-        return (c, h, w)
-    if int(embed_size) != embed_size or embed_size < 1:
-        raise ValueError(f"embed_size must be a positive int (or None), got {embed_size!r}")
-    return (c, int(embed_size), int(embed_size))
-
-
-def resize_images(images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """Images ``(N, C, H, W)`` resized to ``(N, C, *size)`` in float32, all in one call.
-
-    The filter is torch's bilinear interpolation with antialiasing
-    (``F.interpolate(mode="bilinear", antialias=True, align_corners=False)``):
-    when shrinking, a triangle filter widened by the scale factor (what PIL's
-    bilinear resize does), deterministic on a CPU. The input itself is
-    returned when it already has ``size``.
-    """
-    if tuple(images.shape[-2:]) == tuple(size):
-        return images
-    return F.interpolate(
-        images.to(torch.float32), size=size, mode="bilinear", antialias=True, align_corners=False
-    )
-
-
-def embedding_dim(
-    image_shape: tuple[int, int, int], J: int, L: int, embed_size: int | None = None
-) -> int:
-    """Length P of an embedding: C x 217 x (H/2^J) x (W/2^J) for J=3, L=8.
-
-    H and W are ``embed_size`` when given (images are resized to it first):
-    41,664 for RGB images embedded at 64x64.
-    """
-    c, h, w = embed_shape(image_shape, embed_size)
-    return c * scattering_channels(J, L) * (h // 2**J) * (w // 2**J)
-
-
-def validate_scattering(
-    image_shape: tuple[int, int, int], J: int, L: int, embed_size: int | None = None
-) -> None:
-    """Reject settings kymatio would mishandle, before any work starts.
-
-    J is checked against the size the scattering sees (``embed_size`` when given).
-    """
-    if len(image_shape) != 3:
-        raise ValueError(f"image_shape must be (C, H, W), got {image_shape}")
-    c, h, w = image_shape
-    if c < 1 or h < 1 or w < 1:
-        raise ValueError(f"image_shape must be positive, got {image_shape}")
-    if J < 1:
-        raise ValueError(f"scattering J must be >= 1, got {J}")
-    if L < 1:
-        raise ValueError(f"scattering L must be >= 1, got {L}")
-    _, h, w = embed_shape(image_shape, embed_size)
-    if 2**J >= min(h, w):
-        largest = int(np.floor(np.log2(min(h, w) - 1))) if min(h, w) > 1 else 0
-        resized = f" (embed-size {embed_size})" if (h, w) != tuple(image_shape[1:]) else ""
-        raise ValueError(
-            f"scattering J={J} is too large for {h}x{w} images{resized}: kymatio needs 2**J < "
-            f"min(H, W) = {min(h, w)}; use J <= {largest}"
-        )
+__all__ = ["PrototypeSettings", "SpectralEmbedder"]
 
 
 log = logging.getLogger(__name__)
@@ -146,7 +65,7 @@ class SpectralEmbedder:
     image_shape : (C, H, W) of the images.
     J, L : scattering scales and orientations (spec defaults 3 and 8).
     embed_size : side the images are resized to before the prototype and the
-        scattering (:func:`resize_images`); ``None`` (or the images' own square
+        scattering (:func:`~.shapes.resize_images`); ``None`` (or the images' own square
         size) embeds them as they are. Clients still pass images of
         ``image_shape``; prototypes (and :attr:`embed_shape`) have the resized shape.
     prototype : number of principal components (fixed M or explained variance).
@@ -211,7 +130,7 @@ class SpectralEmbedder:
     def resize_rows(self, clients: torch.Tensor) -> torch.Tensor:
         """Client rows ``(B, n, D)`` at ``image_shape`` -> ``(B, n, D')`` at ``embed_shape``.
 
-        All ``B * n`` images in one :func:`resize_images` call; the input itself
+        All ``B * n`` images in one :func:`~.shapes.resize_images` call; the input itself
         when no resize is needed.
         """
         if not self.resizes:

@@ -31,7 +31,7 @@ from ripple_flwr.runs.outputs import (
 from ripple_flwr.settings import ConfigError, RunSettings
 from ripple_flwr.training.models import build_model, get_state
 from ripple_flwr.training.pretrained import load_imagenet_weights
-from ripple_flwr.wst.embedder import embedding_dim
+from ripple_flwr.wst.shapes import embedding_dim
 
 log = logging.getLogger("flwr.ripple")
 
