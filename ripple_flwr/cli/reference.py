@@ -150,6 +150,7 @@ GENERATORS = {
 # a block name must be unique across every page and module.
 EVIDENCE_MODULES: tuple[str, ...] = (
     "evidence_bench",
+    "evidence_bench_rounds",
     "evidence_bench_runs",
     "evidence_history",
     "evidence_history_baselines",
