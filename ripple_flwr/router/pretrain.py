@@ -237,6 +237,29 @@ def _heldout_report(routers: dict, val_bank: SyntheticBank) -> dict[str, float]:
     return report
 
 
+def _embedder(
+    settings: PretrainSettings, image_shape: tuple[int, int, int], device: str
+) -> SpectralEmbedder:
+    """The embedder the run's clients will use (same J, L, prototype and embed size)."""
+    return SpectralEmbedder(
+        image_shape,
+        J=settings.J,
+        L=settings.L,
+        prototype=PrototypeSettings(settings.svd_rank, settings.explained_variance),
+        device=device,
+        embed_size=settings.embed_size or None,
+    )
+
+
+def _vae_config(settings: PretrainSettings, input_dim: int) -> GMMVAEConfig:
+    return GMMVAEConfig(
+        input_dim=input_dim,
+        num_components=settings.num_components,
+        hidden=tuple(settings.vae_hidden),
+        latent_dim=settings.latent_dim,
+    )
+
+
 def pretrain(
     settings: PretrainSettings, output: str | Path, *, progress: bool = True
 ) -> tuple[Checkpoint, dict]:
@@ -253,29 +276,16 @@ def pretrain(
     aux, pool = aux_rows(settings, dataset, cluster)
     k = settings.num_components
     aux_images, aux_comp = dataset.rows(aux), fold_labels(cluster[aux], k)
-    embedder = SpectralEmbedder(
-        dataset.image_shape,
-        J=settings.J,
-        L=settings.L,
-        prototype=PrototypeSettings(settings.svd_rank, settings.explained_variance),
-        device=device,
-        embed_size=settings.embed_size or None,
-    )
+    embedder = _embedder(settings, dataset.image_shape, device)
     t0 = time.perf_counter()
     bank, val_bank, bank_cached = _banks(settings, embedder, aux_images, aux_comp, progress)
     bank_seconds = time.perf_counter() - t0
 
-    config = GMMVAEConfig(
-        input_dim=embedder.output_dim,
-        num_components=k,
-        hidden=tuple(settings.vae_hidden),
-        latent_dim=settings.latent_dim,
-    )
     t0 = time.perf_counter()
     model, history = train_gmm_vae(
         bank,
         val_bank,
-        config,
+        _vae_config(settings, embedder.output_dim),
         settings.train,
         seed=settings.seed,
         device=device,
