@@ -47,6 +47,7 @@ from ripple_flwr.app.server.strategies.core.replies.validation import (
     Reference,
     state_reference,
 )
+from ripple_flwr.app.server.strategies.core.replies.validator import ReplyValidator
 from ripple_flwr.app.server.strategies.core.roster.admission import ClientRoster, QueryResult
 from ripple_flwr.app.server.strategies.core.rounds.accounting import (
     Ledger,
@@ -106,6 +107,7 @@ class AppStrategy(ReplyAcceptance, Strategy):
         roster: ClientRoster | None = None,
         ledger: Ledger | None = None,
         evaluator: Evaluator | None = None,
+        validator: ReplyValidator | None = None,
         **kwargs: Any,
     ) -> None:
         """The app's side of a method's strategy.
@@ -120,9 +122,10 @@ class AppStrategy(ReplyAcceptance, Strategy):
         summary_kind, summary_dim
             What each client must send in the one-shot query round (``"none"``, or the
             router's ``"embedding"`` / ``"mean"`` of that length).
-        roster, ledger, evaluator
-            Who takes part, what each round cost, and how the clients are evaluated: built
-            from ``settings`` when not given.
+        roster, ledger, evaluator, validator
+            Who takes part, what each round cost, how the clients are evaluated and how
+            their training replies are checked: built from ``settings`` and ``reference``
+            when not given.
         **kwargs
             The arguments of the Flower class after this one in a method's bases, if any.
         """
@@ -130,6 +133,11 @@ class AppStrategy(ReplyAcceptance, Strategy):
         self.settings = settings
         self.summary_kind, self.summary_dim = summary_kind, summary_dim
         self.reference = state_reference(reference)
+        self.validator = (
+            ReplyValidator(self.reference, settings.robustness.round_timeout)
+            if validator is None
+            else validator
+        )
         self.rng = np.random.default_rng(
             np.random.SeedSequence([settings.training.seed, _SAMPLER_KEY])
         )

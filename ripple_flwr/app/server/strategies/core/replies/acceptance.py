@@ -2,7 +2,9 @@
 
 Part of :class:`~ripple_flwr.app.server.strategies.core.base.AppStrategy` (a mixin
 it is built from; it reads the strategy's settings, roster and the messages
-of the round). Validation, the counts held to the query round's sizes, then the
+of the round, and the strategy's methods decide what a reply is measured from).
+The reply validator's checks (:mod:`.validator`: validation, the counts held to the
+query round's sizes), then the
 registered reply defences in order (:mod:`~ripple_flwr.app.server.strategies.core.replies.defences`:
 the method's own check, the update bound, any added), and the failures of each client.
 """
@@ -19,7 +21,6 @@ from ripple_flwr.app.protocol.records import record_to_state
 from ripple_flwr.app.server.strategies.core.replies.defences import apply_defences
 from ripple_flwr.app.server.strategies.core.replies.validation import (
     Accepted,
-    check_train_replies,
 )
 from ripple_flwr.app.server.strategies.core.rounds.accounting import Dropped
 from ripple_flwr.runs.results import message_nbytes
@@ -44,40 +45,15 @@ class ReplyAcceptance:
         self._round.bytes_up = sum(message_nbytes(m) for m in replies)
         # Ids are set when the grid pushes the messages, after configure_train returned them.
         pending = {str(m.metadata.message_id): row for row, m in self._sent_messages}
-        accepted, dropped = check_train_replies(
-            replies,
-            pending,
-            self.reference,
-            self.clients.partition_ids,
-            server_round,
-            self.settings.robustness.round_timeout,
-            extra_references=self.extra_reply_references,
+        accepted, dropped = self.validator.check(
+            server_round, replies, pending, self.clients, self.extra_reply_references
         )
-        for a in accepted:
-            self._hold_to_known_count(server_round, a)
         accepted, refused = apply_defences(self, server_round, accepted)
         out = [self._drop(server_round, a, reason) for a, reason in refused]
         dropped = sorted(dropped + out, key=lambda d: d.partition)
         self._round.dropped = dropped
         self._count_failures(server_round, accepted, dropped)
         return accepted
-
-    def _hold_to_known_count(self, server_round: int, a: Accepted) -> None:
-        """A reply's ``num-examples`` is the client's training split size, whatever it says."""
-        known = self.clients.known_train(a.row)
-        if known is None or a.num_examples == known:
-            return
-        log.warning(
-            "round %d: partition %d reported num-examples=%d but its training split has %d; "
-            "weighting it by %d",
-            server_round,
-            self.clients.partition_ids[a.row],
-            a.num_examples,
-            known,
-            known,
-        )
-        a.num_examples = known
-        a.message.content.metric_records["metrics"]["num-examples"] = known  # what Flower reads
 
     def update_origins(self, accepted: list[Accepted]) -> list[dict[str, np.ndarray]]:
         """The model each reply's update is measured from, each record decoded once."""
