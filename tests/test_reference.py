@@ -142,3 +142,25 @@ def test_history_blocks_read_only_committed_files_and_follow_them(tmp_path, monk
     finally:
         ev.load.cache_clear()
         ev.summaries.cache_clear()
+
+
+def test_the_map_advice_names_the_leader_and_says_when_the_seeds_do_not_agree():
+    from ripple_flwr.cli.evidence_map import _verdict
+
+    def stat(mean, sigma=None):
+        return {"final_accuracy": {"mean": mean, "sigma": sigma, "n": 3}}
+
+    rows = {"ripple-strat": stat(0.80, 0.01), "fedyogi": stat(0.85, 0.01)}
+    seeds = {"42": -0.05, "7": -0.04, "123": -0.06}
+    loss = {"best_other": "fedyogi", "mean": -0.05, "sigma": 0.01, "n": 3, "per_seed": seeds}
+    text = _verdict(rows, loss, "final_accuracy")
+    assert text.startswith("training clients: FedYogi 85.0") and "over Ripple-Strat" in text
+    assert "(outside the interval)" in text
+    unsure = _verdict(rows, {**loss, "sigma": 0.04}, "final_accuracy")
+    assert "(inside the interval: no clear winner)" in unsure
+    win = _verdict(rows, {**loss, "mean": 0.05}, "final_accuracy")
+    assert win.startswith("training clients: Ripple-Strat 80.0") and "over FedYogi" in win
+    one = _verdict(
+        rows, {**loss, "n": 1, "sigma": None, "per_seed": {"42": -0.05}}, "final_accuracy"
+    )
+    assert "(seed 42 only: no interval)" in one

@@ -56,6 +56,54 @@ def heterogeneity_map() -> str:
     return "\n".join(lines)
 
 
+_WHO = {"final_accuracy": "training clients", "zero_shot_accuracy": "new clients, zero-shot"}
+RIPPLE_ROW = "ripple-strat"
+
+
+def _verdict(rows: dict, margin: dict | None, metric: str) -> str:
+    """Who leads one cell's metric and by how much, and whether the interval says so."""
+    if not margin or margin.get("mean") is None:
+        return f"{_WHO[metric]}: not measured"
+    other = margin["best_other"]
+    m, sigma, n = margin["mean"], margin.get("sigma"), margin["n"]
+    if m >= 0:
+        lead = (
+            f"Ripple-Strat {ev.cell(rows[RIPPLE_ROW][metric])}, {ev.cell(margin)} points over "
+            f"{ev.label(other)}"
+        )
+    else:
+        flipped = {**margin, "mean": -m}
+        lead = (
+            f"{ev.label(other)} {ev.cell(rows[other][metric])}, {ev.cell(flipped)} points over "
+            "Ripple-Strat"
+        )
+    if n < 2 or sigma is None:
+        clear = f" (seed {', '.join(margin['per_seed'])} only: no interval)"
+    elif abs(m) > 2 * sigma:
+        clear = " (outside the interval)"
+    else:
+        clear = " (inside the interval: no clear winner)"
+    return f"{_WHO[metric]}: {lead}{clear}"
+
+
+def map_advice() -> str:
+    """Per cell of the map: who leads, by how much, and whether the seeds' interval agrees."""
+    if not (ev.RESULTS / MAP).is_file():
+        return "**Not run yet**: no `docs/results/heterogeneity_map.json` is committed."
+    d = ev.load(MAP)
+    lines = []
+    for cell, entry in d["cells"].items():
+        parts = [_verdict(entry["rows"], entry["margin"].get(m), m) for m in _WHO]
+        lines.append(f"- **{cell}**: " + "; ".join(parts) + ".")
+    lines += [
+        "",
+        f"Leaders among the compared methods (the oracle and Ripple-Unif aside), "
+        f"{d['rounds']} rounds, {ev.seeds_text(d['seeds'])}, accuracy in %; "
+        f"{ev.interval(d['seeds'])}.",
+    ]
+    return "\n".join(lines)
+
+
 def costs() -> str:
     """Bytes per round against FedAvg's and models held, per method (Table 1's runs)."""
     t = ev.load(TABLE1)

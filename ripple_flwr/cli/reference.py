@@ -43,6 +43,7 @@ PAGES = {
     "docs/which-method.md": (
         "which-method-when",
         "heterogeneity-map",
+        "map-advice",
         "map-ranking-300",
         "method-costs",
     ),
@@ -141,6 +142,7 @@ GENERATORS = {
     "sweep-speed": evidence_speed.sweep_speed,
     "install-size": evidence_speed.install_size,
     "heterogeneity-map": evidence_map.heterogeneity_map,
+    "map-advice": evidence_map.map_advice,
     "method-costs": evidence_map.costs,
     "map-ranking-300": evidence_map.ranking_at_300,
 }
