@@ -146,7 +146,11 @@ def map_table(
 
         title = f"Ripple-Strat's margin, {args.rounds} rounds, seeds {args.seeds}"
         save(margin_figure(cells, METRICS, title, stamp), args.plot)
-    return {"cells": cells, "missing": list(runner.missing), "markdown": markdown(args, cells)}
+    return {
+        "cells": cells,
+        "missing": [Path(m).name for m in runner.missing],
+        "markdown": markdown(args, cells),
+    }
 
 
 def _margin_text(m: Mapping[str, Any] | None) -> str:
