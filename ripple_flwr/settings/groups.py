@@ -43,6 +43,17 @@ def class_list(text: str) -> tuple[str, ...]:
     return tuple(c.strip() for c in text.split(",") if c.strip())
 
 
+class _Group:
+    """A settings group: every field checked against its declared range when it is built."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        self._check()
+
+    def _check(self) -> None:
+        """The group's own rules across its fields (none by default)."""
+
+
 def check_fields(group: Any) -> None:
     """Raise :class:`ConfigError` for the first field of ``group`` outside its range."""
     for f in fields(group):
@@ -50,7 +61,7 @@ def check_fields(group: Any) -> None:
 
 
 @dataclass(frozen=True)
-class DataSettings:
+class DataSettings(_Group):
     """Which data, how it is split into clients, and how images are read."""
 
     dataset: str = option("mnist-5k", "a registered dataset (ripple_flwr.data)")
@@ -121,8 +132,7 @@ class DataSettings:
         high_open=True,
     )
 
-    def __post_init__(self) -> None:
-        check_fields(self)
+    def _check(self) -> None:
         if self.channels == 2:
             raise ConfigError("channels must be 1 (grey), 3 (RGB) or 0 (the data's own), got 2")
 
@@ -130,11 +140,6 @@ class DataSettings:
     def base_dataset(self) -> str:
         """The registered dataset under a ``rotated-`` wrapper (lower-case)."""
         return base_dataset_name(self.dataset)
-
-    @property
-    def rotated(self) -> bool:
-        """Whether the dataset is the ``rotated-`` wrapper of a registered one."""
-        return self.dataset.strip().lower().startswith(ROTATED_PREFIX)
 
     @property
     def total_partitions(self) -> int:
@@ -157,7 +162,7 @@ class DataSettings:
 
 
 @dataclass(frozen=True)
-class EmbeddingSettings:
+class EmbeddingSettings(_Group):
     """How a client summarises its data and is routed to clusters."""
 
     router: Router = option(
@@ -192,16 +197,13 @@ class EmbeddingSettings:
         0.0, "L2 clip of the projected embedding (0 = the server's public choice)", low=0
     )
 
-    def __post_init__(self) -> None:
-        check_fields(self)
-
     @property
     def explained_variance_or_none(self) -> float | None:
         return self.explained_variance if self.explained_variance > 0 else None
 
 
 @dataclass(frozen=True)
-class TrainingSettings:
+class TrainingSettings(_Group):
     """The federated rounds and the clients' local training."""
 
     sampling: Sampling = option("stratified", "Ripple's client sampling: stratified | uniform")
@@ -228,12 +230,9 @@ class TrainingSettings:
         1, "torch threads per client process (0 = torch's default)", low=0, high=1024
     )
 
-    def __post_init__(self) -> None:
-        check_fields(self)
-
 
 @dataclass(frozen=True)
-class EvaluationSettings:
+class EvaluationSettings(_Group):
     """How often and on whom the run is scored, and how the headline averages."""
 
     eval_every: int = option(
@@ -256,12 +255,9 @@ class EvaluationSettings:
         "its test split, capped at 4x the median)",
     )
 
-    def __post_init__(self) -> None:
-        check_fields(self)
-
 
 @dataclass(frozen=True)
-class RobustnessSettings:
+class RobustnessSettings(_Group):
     """What the server refuses and how long it waits."""
 
     update_norm_factor: float = option(
@@ -280,8 +276,7 @@ class RobustnessSettings:
         600.0, "seconds to wait for the replies of one round", low=0, low_open=True, finite=False
     )
 
-    def __post_init__(self) -> None:
-        check_fields(self)
+    def _check(self) -> None:
         if 0 < self.update_norm_factor <= 1:
             raise ConfigError(
                 f"update-norm-factor={self.update_norm_factor} would drop honest updates above "
@@ -290,7 +285,7 @@ class RobustnessSettings:
 
 
 @dataclass(frozen=True)
-class OutputSettings:
+class OutputSettings(_Group):
     """Where results, checkpoints, trackers and caches go."""
 
     results_path: str = option(
@@ -320,9 +315,6 @@ class OutputSettings:
     )
     cache_dir: str = option("", '"" = $RIPPLE_CACHE_DIR or ~/.cache/ripple-flwr')
 
-    def __post_init__(self) -> None:
-        check_fields(self)
-
     def cache_root(self) -> Path:
         """``cache-dir``, else :func:`machine_cache_root`."""
         if self.cache_dir:
@@ -331,7 +323,7 @@ class OutputSettings:
 
 
 @dataclass(frozen=True)
-class PretrainingSettings:
+class PretrainingSettings(_Group):
     """The GMM-VAE router: a checkpoint, or pre-training it here."""
 
     checkpoint: str = option("", 'GMM-VAE checkpoint; "" = pre-train one (cached on disk)')
@@ -345,8 +337,7 @@ class PretrainingSettings:
         0, "images per synthetic client (0 = partition-size; else >= 2)", low=0, high=10_000_000
     )
 
-    def __post_init__(self) -> None:
-        check_fields(self)
+    def _check(self) -> None:
         if self.pretrain_client_size == 1:
             raise ConfigError("pretrain-client-size must be 0 (= partition-size) or >= 2")
 
