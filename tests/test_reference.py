@@ -164,3 +164,25 @@ def test_the_map_advice_names_the_leader_and_says_when_the_seeds_do_not_agree():
         rows, {**loss, "n": 1, "sigma": None, "per_seed": {"42": -0.05}}, "final_accuracy"
     )
     assert "(seed 42 only: no interval)" in one
+
+
+def test_the_300_round_check_flags_a_margin_whose_sign_changes():
+    from ripple_flwr.cli.evidence_map300 import _cell_verdict
+
+    def row(train, zero_shot):
+        return {
+            "final_accuracy": {"per_seed": {"42": train}},
+            "zero_shot_accuracy": {"per_seed": {"42": zero_shot}},
+        }
+
+    at100 = {"ripple-strat": row(0.80, 0.85), "fedyogi": row(0.78, 0.90), "local": row(0.5, None)}
+    at300 = {"ripple-strat": row(0.82, 0.86), "fedyogi": row(0.84, 0.80)}
+    v = _cell_verdict(["ripple-strat", "fedyogi"], at100, at300, "42")
+    train, zs = v["final_accuracy"], v["zero_shot_accuracy"]
+    assert train["text"] == "+2.0 vs FedYogi / -2.0 vs FedYogi" and train["kept"] is False
+    assert zs["text"] == "-5.0 vs FedYogi / +6.0 vs FedYogi" and zs["kept"] is False
+    assert train["left"] == ("local", 30.0) and zs["left"] is None  # the method not rerun
+    same = _cell_verdict(
+        ["ripple-strat", "fedyogi"], at100, {**at300, "fedyogi": row(0.7, 0.9)}, "42"
+    )
+    assert same["final_accuracy"]["kept"] is True

@@ -185,8 +185,8 @@ def _ranking_verdict(d: dict, t: dict, at100: dict, at300: dict) -> str:
         if not moved_compared
         else f"{len(moved_compared)} compared methods change place, so by the rule above the "
         "map's order among the other methods at 100 rounds is not final: read its margins as "
-        f"{d['rounds']}-round margins (re-running the map at {t['rounds']} rounds is the open "
-        "step)"
+        f"{d['rounds']}-round margins, and see the contenders of every cell at {t['rounds']} "
+        "rounds below"
     )
     return (
         f"{verdict} {lead}; {rule}. Caveats: the map holds out 10 new clients (zero-shot) and "

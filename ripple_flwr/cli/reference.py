@@ -158,6 +158,7 @@ EVIDENCE_MODULES: tuple[str, ...] = (
     "evidence_history_baselines",
     "evidence_history_tables",
     "evidence_history_zero_shot",
+    "evidence_map300",
     "evidence_router",
 )
 
