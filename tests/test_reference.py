@@ -171,18 +171,25 @@ def test_the_300_round_check_flags_a_margin_whose_sign_changes():
 
     def row(train, zero_shot):
         return {
-            "final_accuracy": {"per_seed": {"42": train}},
-            "zero_shot_accuracy": {"per_seed": {"42": zero_shot}},
+            "final_accuracy": {"per_seed": {"42": train[0], "7": train[1]}},
+            "zero_shot_accuracy": {"per_seed": {"42": zero_shot, "7": zero_shot}},
         }
 
-    at100 = {"ripple-strat": row(0.80, 0.85), "fedyogi": row(0.78, 0.90), "local": row(0.5, None)}
-    at300 = {"ripple-strat": row(0.82, 0.86), "fedyogi": row(0.84, 0.80)}
-    v = _cell_verdict(["ripple-strat", "fedyogi"], at100, at300, "42")
+    at100 = {
+        "ripple-strat": row((0.80, 0.82), 0.85),
+        "fedyogi": row((0.78, 0.80), 0.90),
+        "local": row((0.5, 0.5), None),
+    }
+    at300 = {"ripple-strat": row((0.82, 0.84), 0.86), "fedyogi": row((0.84, 0.86), 0.80)}
+    rerun = ["ripple-strat", "fedyogi"]
+    v = _cell_verdict(rerun, at100, at300, ["42", "7"])
     train, zs = v["final_accuracy"], v["zero_shot_accuracy"]
-    assert train["text"] == "+2.0 vs FedYogi / -2.0 vs FedYogi" and train["kept"] is False
-    assert zs["text"] == "-5.0 vs FedYogi / +6.0 vs FedYogi" and zs["kept"] is False
-    assert train["left"] == ("local", 30.0) and zs["left"] is None  # the method not rerun
-    same = _cell_verdict(
-        ["ripple-strat", "fedyogi"], at100, {**at300, "fedyogi": row(0.7, 0.9)}, "42"
+    assert train["text"] == (
+        "+2.0 ± 0.0 vs FedYogi, outside the interval / -2.0 ± 0.0 vs FedYogi, outside the interval"
     )
+    assert train["kept"] is False and zs["kept"] is False
+    assert train["left"] == ("local", 31.0) and zs["left"] is None  # the method not rerun
+    one_seed = _cell_verdict(rerun, at100, at300, ["42"])
+    assert one_seed["final_accuracy"]["text"] == "+2.0 vs FedYogi / -2.0 vs FedYogi"
+    same = _cell_verdict(rerun, at100, {**at300, "fedyogi": row((0.7, 0.7), 0.9)}, ["42", "7"])
     assert same["final_accuracy"]["kept"] is True

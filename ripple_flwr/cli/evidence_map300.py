@@ -12,6 +12,7 @@ whether Ripple-Strat's margin keeps its sign. Reads ``docs/results/`` only.
 from __future__ import annotations
 
 import json
+import statistics
 from typing import Any
 
 from ripple_flwr.cli import evidence as ev
@@ -23,57 +24,84 @@ RIPPLE = "ripple-strat"
 METRICS = {"final_accuracy": "training clients", "zero_shot_accuracy": "new clients, zero-shot"}
 
 
-def _at(row: dict[str, Any], metric: str, seed: str) -> float | None:
-    value = (row.get(metric) or {}).get("per_seed", {}).get(seed)
-    return None if value is None else 100 * value
+def seed_stats(per_seed: dict[str, float | None]) -> dict[str, Any]:
+    """Mean and sample sigma (ddof = 1) over the seeds with a value, as the tables' JSON."""
+    vals = [v for v in per_seed.values() if v is not None]
+    return {
+        "per_seed": per_seed,
+        "mean": statistics.fmean(vals) if vals else None,
+        "sigma": statistics.stdev(vals) if len(vals) > 1 else None,
+        "n": len(vals),
+    }
+
+
+def _stat(row: dict[str, Any], metric: str, seeds: list[str]) -> dict[str, Any]:
+    """One method's metric over ``seeds`` (fractions; mean, sigma, n as the tables')."""
+    got = (row.get(metric) or {}).get("per_seed", {})
+    return seed_stats({s: got.get(s) for s in seeds})
 
 
 def _compared(name: str) -> bool:
     return not ev.is_oracle(name) and not ev.is_ripple(name)
 
 
-def _best(values: dict[str, float | None]) -> tuple[str, float] | None:
-    """The best compared method among ``values`` (ties broken by name)."""
-    present = {n: v for n, v in values.items() if v is not None and _compared(n)}
-    if not present:
+def _best(rows: dict[str, Any], names: list[str], metric: str, seeds: list[str]) -> str | None:
+    """The compared method among ``names`` with the best mean (ties broken by name)."""
+    means = {
+        n: m
+        for n in names
+        if _compared(n) and n in rows and (m := _stat(rows[n], metric, seeds)["mean"]) is not None
+    }
+    return min(means, key=lambda n: (-means[n], n)) if means else None
+
+
+def _margin(rows: dict[str, Any], best: str | None, metric: str, seeds: list[str]) -> dict | None:
+    """Ripple-Strat minus ``best``, per seed, with its stats."""
+    if best is None or RIPPLE not in rows:
         return None
-    name = min(present, key=lambda n: (-present[n], n))
-    return name, present[name]
+    mine, theirs = (_stat(rows[n], metric, seeds)["per_seed"] for n in (RIPPLE, best))
+    diff = {s: mine[s] - theirs[s] for s in seeds if None not in (mine[s], theirs[s])}
+    return {"best_other": best, **seed_stats(diff)} if diff else None
 
 
-def _margin_text(ripple: float | None, best: tuple[str, float] | None) -> str:
-    if ripple is None or best is None:
+def _margin_text(m: dict[str, Any] | None) -> str:
+    if not m or m.get("mean") is None:
         return "n/a"
-    return f"{ripple - best[1]:+.1f} vs {ev.label(best[0])}"
+    sign = "+" if m["mean"] >= 0 else ""
+    clear = ""
+    if m.get("sigma") is not None:
+        inside = abs(m["mean"]) <= 2 * m["sigma"]
+        clear = ", inside the interval" if inside else ", outside the interval"
+    return f"{sign}{ev.cell(m)} vs {ev.label(m['best_other'])}{clear}"
 
 
-def _cell_rows(cell: str, rerun: list[str], at100: dict, at300: dict, seed: str) -> list[str]:
+def _cell_rows(cell: str, rerun: list[str], at100: dict, at300: dict, seeds: list[str]) -> list:
     lines = []
     for name in rerun:
-        values = []
-        for metric in METRICS:
-            for rows in (at100, at300):
-                v = _at(rows.get(name, {}), metric, seed)
-                values.append("n/a" if v is None else f"{v:.1f}")
+        values = [
+            ev.cell(_stat(rows.get(name, {}), metric, seeds))
+            for metric in METRICS
+            for rows in (at100, at300)
+        ]
         lines.append(f"| {cell} | {ev.label(name)} | " + " | ".join(values) + " |")
     return lines
 
 
-def _cell_verdict(rerun: list[str], at100: dict, at300: dict, seed: str) -> dict[str, Any]:
+def _cell_verdict(rerun: list[str], at100: dict, at300: dict, seeds: list[str]) -> dict:
     """Per metric: Ripple-Strat's margin over the best rerun method at 100 and at 300 rounds,
-    and the closest compared method not rerun (its 100-round gap to Ripple-Strat)."""
+    whether its sign holds, and the closest compared method not rerun (its 100-round gap)."""
     out: dict[str, Any] = {}
     for metric in METRICS:
-        r100, r300 = (_at(rows.get(RIPPLE, {}), metric, seed) for rows in (at100, at300))
-        b100 = _best({n: _at(at100.get(n, {}), metric, seed) for n in rerun})
-        b300 = _best({n: _at(at300.get(n, {}), metric, seed) for n in rerun})
-        left = _best({n: _at(row, metric, seed) for n, row in at100.items() if n not in rerun})
-        m100 = None if r100 is None or b100 is None else r100 - b100[1]
-        m300 = None if r300 is None or b300 is None else r300 - b300[1]
+        m100 = _margin(at100, _best(at100, rerun, metric, seeds), metric, seeds)
+        m300 = _margin(at300, _best(at300, rerun, metric, seeds), metric, seeds)
+        left = _margin(
+            at100, _best(at100, [n for n in at100 if n not in rerun], metric, seeds), metric, seeds
+        )
+        means = [m["mean"] if m else None for m in (m100, m300)]
         out[metric] = {
-            "text": f"{_margin_text(r100, b100)} / {_margin_text(r300, b300)}",
-            "kept": None if m100 is None or m300 is None else (m100 >= 0) == (m300 >= 0),
-            "left": None if left is None or r100 is None else (left[0], r100 - left[1]),
+            "text": f"{_margin_text(m100)} / {_margin_text(m300)}",
+            "kept": None if None in means else (means[0] >= 0) == (means[1] >= 0),
+            "left": None if not left else (left["best_other"], 100 * left["mean"]),
         }
     return out
 
@@ -117,12 +145,18 @@ def _cost_text(rounds100: int, rounds300: int) -> str:
     )
 
 
+def _cell_seeds(rows: dict[str, Any], seeds: list[str]) -> list[str]:
+    """The seeds at which Ripple-Strat ran to the check's length in this cell."""
+    got = (rows.get(RIPPLE, {}).get("final_accuracy") or {}).get("per_seed", {})
+    return [s for s in seeds if got.get(s) is not None]
+
+
 def contenders_at_300() -> str:
-    """Each cell's contenders at 100 and 300 rounds (seed 42), and whether the sign holds."""
+    """Each cell's contenders at 100 and 300 rounds, and whether Ripple-Strat's margin holds."""
     if not (ev.RESULTS / MAP300).is_file() or not (ev.RESULTS / MAP).is_file():
         return "**Not run yet**: no `docs/results/heterogeneity_map_300.json` is committed."
     d100, d300 = ev.load(MAP), ev.load(MAP300)
-    seed = str(d300["seeds"][0])
+    all_seeds = [str(s) for s in d300["seeds"]]
     table = [
         "| cell | method | training, 100 | training, 300 | zero-shot, 100 | zero-shot, 300 |",
         "|---|---|---|---|---|---|",
@@ -130,12 +164,13 @@ def contenders_at_300() -> str:
     verdicts, counted = [], {m: [0, 0] for m in METRICS}
     for cell, entry in d300["cells"].items():
         at300 = entry["rows"]
-        rerun = [n for n, row in at300.items() if row["final_accuracy"]["n"]]
-        if RIPPLE not in rerun or cell not in d100["cells"]:
+        seeds = _cell_seeds(at300, all_seeds)
+        if not seeds or cell not in d100["cells"]:
             continue
+        rerun = [n for n, row in at300.items() if _stat(row, "final_accuracy", seeds)["n"]]
         at100 = d100["cells"][cell]["rows"]
-        table += _cell_rows(cell, rerun, at100, at300, seed)
-        v = _cell_verdict(rerun, at100, at300, seed)
+        table += _cell_rows(cell, rerun, at100, at300, seeds)
+        v = _cell_verdict(rerun, at100, at300, seeds)
         for metric, got in v.items():
             if got["kept"] is not None:
                 counted[metric][0] += got["kept"]
@@ -144,13 +179,16 @@ def contenders_at_300() -> str:
             f"{who} {v[m]['text']}" + ("" if v[m]["kept"] is not False else " (**sign changes**)")
             for m, who in METRICS.items()
         )
-        verdicts.append(f"- **{cell}**: {signs} ({_left_text(v, d100['rounds'])}).")
+        only = "" if seeds == all_seeds else f" [{ev.seeds_text([int(s) for s in seeds])} only]"
+        verdicts.append(f"- **{cell}**{only}: {signs} ({_left_text(v, d100['rounds'])}).")
     if not verdicts:
         return "**Not run yet**: the committed 300-round check has no Ripple-Strat run."
     head = (
-        f"Seed {seed}, {d300['rounds']} rounds against the map's {d100['rounds']}, accuracy in "
-        f"%; made on {d300['machine']['node']} at `{d300['machine']['commit']}`; the methods "
-        "rerun per cell are those whose kept summaries exist (one seed: no interval):"
+        f"{d300['rounds']} rounds against the map's {d100['rounds']}, "
+        f"{ev.seeds_text(d300['seeds'])} (both lengths over the same seeds), accuracy in %, "
+        f"{ev.interval(d300['seeds'])}; made on {d300['machine']['node']} at "
+        f"`{d300['machine']['commit']}`. The methods rerun per cell are those whose kept "
+        "summaries exist:"
     )
     kept = "; ".join(
         f"{who}: the sign holds in {k} of {n} cells"
@@ -158,8 +196,8 @@ def contenders_at_300() -> str:
     )
     tail = (
         f"Ripple-Strat's margin over the best rerun compared method, {d100['rounds']} / "
-        f"{d300['rounds']} rounds (the 100-round numbers are the map's seed-{seed} runs, so "
-        "they can differ from the three-seed means above):"
+        f'{d300["rounds"]} rounds, points; with two seeds or more, "outside the interval" '
+        "when the interval around the margin leaves out zero:"
     )
     cost = _cost_text(d100["rounds"], d300["rounds"])
     return "\n".join([head, "", *table, "", tail, "", *verdicts, "", f"{kept}.{cost}"])
