@@ -27,7 +27,14 @@ def run_map(argv, capsys, train) -> dict:
 def test_every_cell_row_and_seed_runs_once_with_its_shift_and_new_clients(tmp_path, capsys):
     fake = FakeTrainer()
     argv = ["--cells", "label-skew-0.01", "rotation", "--seeds", "42", "7", "--rounds", "30"]
-    argv += ["--set", "num-partitions=8", "--out", str(tmp_path / "o")]
+    argv += [
+        "--set",
+        "num-partitions=8",
+        "--set",
+        "clients-per-round=4",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     line = run_map(argv, capsys, fake)
     assert len(fake.configs) == 2 * len(hmap.ROWS) * 2
     by_name = {Path(c["results-path"]).name: c for c in fake.configs}
@@ -70,7 +77,16 @@ def test_reuse_only_marks_missing_cells_and_trains_nothing(tmp_path, capsys):
     def never(cfg):
         raise AssertionError("nothing may train")
 
-    argv = ["--cells", "label-skew-1", "--seeds", "42", "--set", "num-partitions=8"]
+    argv = [
+        "--cells",
+        "label-skew-1",
+        "--seeds",
+        "42",
+        "--set",
+        "num-partitions=8",
+        "--set",
+        "clients-per-round=4",
+    ]
     line = run_map([*argv, "--out", str(tmp_path), "--reuse-only", "--plot", ""], capsys, never)
     assert len(line["missing"]) == len(hmap.ROWS)
     assert "missing" in Path(line["markdown"]).read_text()

@@ -55,7 +55,12 @@ class FakeTrainer:
                 str(r): {"weighted_mean": final * r / rounds if r < rounds - 20 else final}
                 for r in evals
             },
-            "bytes_per_round": {"1": {"down": 1000 * cfg["clients-per-round"], "up": 1000 * 10}},
+            "bytes_per_round": {
+                "1": {
+                    "down": 1000 * cfg["clients-per-round"],
+                    "up": 1000 * cfg["clients-per-round"],
+                }
+            },
             "model_bytes": 1000,
             "timings": {"total": 10.0 + cfg["seed"]},
             "num_models": k if spec.models == "clusters" else 1,
@@ -88,7 +93,18 @@ def build(argv: list[str], capsys, train) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-SMALL = ["--clients", "8", "--rounds", "40", "--sweep-rounds", "30", "--eval-every", "10"]
+SMALL = [
+    "--clients",
+    "8",
+    "--clients-per-round",
+    "4",
+    "--rounds",
+    "40",
+    "--sweep-rounds",
+    "30",
+    "--eval-every",
+    "10",
+]
 TABLE1_ROWS = ["ripple-strat-gmm-vae", "oracle", "fedavg", "local", "ifca", "fesem", "cfl"]
 
 
@@ -422,7 +438,7 @@ def test_every_registered_method_has_a_family_and_a_table1_row():
 def test_table2_trains_once_per_alpha_train_and_sweeps_on_the_training_clients(tmp_path, capsys):
     trainer, out = FakeTrainer(), tmp_path / "t2"
     argv = [
-        "table2", "--clients", "8", "--rounds", "30", "--sweep-rounds", "30", "--eval-every", "10",
+        "table2", "--clients", "8", "--clients-per-round", "4", "--rounds", "30", "--sweep-rounds", "30", "--eval-every", "10",
         "--seeds", "42", "7", "--alphas-train", "0.1", "--alphas-test", "1", "100",
         "--methods", "ripple-strat", "ifca", "fedavg", "--sweep-k", "--out", str(out),
     ]  # fmt: skip

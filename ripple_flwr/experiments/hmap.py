@@ -30,13 +30,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ripple_flwr.experiments.compose import PlanError, compose, defined_by
 from ripple_flwr.experiments.launch import (
     add_execution_flags,
     add_set_flag,
     make_runner,
     prepare_server_env,
 )
-from ripple_flwr.experiments.runner import Runner, build, log, write_json_line
+from ripple_flwr.experiments.runner import Runner, build, flags, log, write_json_line
 from ripple_flwr.experiments.stamp import machine_stamp
 from ripple_flwr.experiments.stats import INTERVAL, fmt_stat, seed_stats
 
@@ -92,14 +93,44 @@ NOT_COMPARED = ("ripple-unif", "oracle")  # Ripple's other sampler; the oracle k
 METRICS = ("final_accuracy", "zero_shot_accuracy")
 
 
+FLAG_OF = {
+    "seed": "--seeds",
+    "num-server-rounds": "--rounds",
+    "eval-every": "--eval-every",
+    "results-path": "--out",
+}
+
+
+def protocol(args: argparse.Namespace) -> dict[str, Any]:
+    """The shared protocol as the runs use it: ``BASE``, with what ``--set`` changes of it."""
+    return {**BASE, **{k: v for k, v in dict(args.set).items() if k in BASE}}
+
+
 def run_config(args: argparse.Namespace, out: Path, cell: str, row: str, seed: int) -> dict:
-    """One run of the map: the protocol, the cell's shift, the row's method, the seed."""
-    cfg = {**BASE, **CELLS[cell], **ROWS[row], **dict(args.set)}
-    cfg["alpha-new"] = cfg["alpha"]  # new clients drawn as the training ones
-    cfg["best-by-loss"] = ROWS[row]["method"] == "ripple"
-    cfg.update({"seed": seed, "num-server-rounds": args.rounds, "eval-every": args.eval_every})
-    cfg["results-path"] = str(out / f"{cell}-{row}-r{args.rounds}-seed{seed}.json")
-    return cfg
+    """One run of the map: the protocol, the cell's shift, the row's method, the seed.
+
+    ``--set`` changes the protocol or adds keys; a key the cell, the row or a flag sets
+    is refused (:func:`~ripple_flwr.experiments.compose.compose`).
+    """
+    alpha = CELLS[cell].get("alpha", BASE.get("alpha"))
+    defined = {
+        **defined_by(CELLS[cell], f"cell {cell!r} (choose cells with --cells)"),
+        **defined_by(ROWS[row], f"row {row!r} (choose rows with --methods)"),
+        # New clients drawn as the training ones; Ripple also reports its best cluster model.
+        **defined_by(
+            {"alpha-new": alpha, "best-by-loss": ROWS[row]["method"] == "ripple"}, "the map"
+        ),
+        **flags(
+            {
+                "seed": seed,
+                "num-server-rounds": args.rounds,
+                "eval-every": args.eval_every,
+                "results-path": str(out / f"{cell}-{row}-r{args.rounds}-seed{seed}.json"),
+            },
+            FLAG_OF,
+        ),
+    }
+    return compose(defined, dict(args.set), BASE)
 
 
 def _numbers(summary: Mapping[str, Any] | None) -> dict[str, float | None] | None:
@@ -161,10 +192,11 @@ def _margin_text(m: Mapping[str, Any] | None) -> str:
 
 def markdown(args: argparse.Namespace, cells: Mapping[str, Mapping[str, Any]]) -> str:
     """One row per cell and method: training and zero-shot accuracy; then the margins."""
+    base = protocol(args)
     md = [
-        f"Heterogeneity map: Fashion-MNIST, {BASE['num-partitions']} clients x "
-        f"{BASE['partition-size']} images, {BASE['clients-per-round']} a round, "
-        f"{args.rounds} rounds, {BASE['new-clients']} new clients per run, seeds "
+        f"Heterogeneity map: Fashion-MNIST, {base['num-partitions']} clients x "
+        f"{base['partition-size']} images, {base['clients-per-round']} a round, "
+        f"{args.rounds} rounds, {base['new-clients']} new clients per run, seeds "
         f"{', '.join(map(str, args.seeds))}. Accuracy (%), training clients / new clients "
         f"zero-shot; cells: {INTERVAL}.",
         "",
@@ -183,19 +215,30 @@ def markdown(args: argparse.Namespace, cells: Mapping[str, Mapping[str, Any]]) -
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ripple-map", description=__doc__.splitlines()[0])
-    p.add_argument("--cells", nargs="+", default=list(CELLS), choices=list(CELLS))
-    p.add_argument("--methods", nargs="+", default=list(ROWS), choices=list(ROWS))
-    p.add_argument("--seeds", type=int, nargs="+", default=[42, 7, 123])
-    p.add_argument("--rounds", type=int, default=100)
-    p.add_argument("--eval-every", type=int, default=10)
+    p = argparse.ArgumentParser(
+        prog="ripple-map",
+        description=__doc__.splitlines()[0],
+        epilog="Cells: "
+        + "; ".join(f"{c}: {', '.join(f'{k}={v}' for k, v in s.items())}" for c, s in CELLS.items())
+        + ". --set KEY=VALUE changes the shared protocol or adds a key; a key a cell, a row or "
+        "a flag sets (alpha, method, num-server-rounds, ...) is refused.",
+    )
+    p.add_argument(
+        "--cells", nargs="+", default=list(CELLS), choices=list(CELLS), help="default: all"
+    )
+    p.add_argument(
+        "--methods", nargs="+", default=list(ROWS), choices=list(ROWS), help="default: all rows"
+    )
+    p.add_argument("--seeds", type=int, nargs="+", default=[42, 7, 123], help="default: 42 7 123")
+    p.add_argument("--rounds", type=int, default=100, help="rounds of every run (100)")
+    p.add_argument("--eval-every", type=int, default=10, help="evaluate every N rounds (10)")
     add_set_flag(p, "a run-config key for every run (e.g. --set checkpoint=...)")
-    p.add_argument("--out", default="")
-    p.add_argument("--reuse", action="store_true")
-    p.add_argument("--reuse-only", action="store_true")
-    p.add_argument("--keep", default="")
-    p.add_argument("--md", default=None)
-    p.add_argument("--json", default="")
+    p.add_argument("--out", default="", help="folder for the results files (default: a temp)")
+    p.add_argument("--reuse", action="store_true", help="read runs whose results file matches")
+    p.add_argument("--reuse-only", action="store_true", help="read finished runs, train nothing")
+    p.add_argument("--keep", default="", help="also keep each run's summary here (commit it)")
+    p.add_argument("--md", default=None, help="the Markdown table (default: <out>/map.md)")
+    p.add_argument("--json", default="", help="also write the JSON line to this file")
     p.add_argument("--plot", default=None, help="the margin figure (default: <out>/map.png)")
     add_execution_flags(p)
     return p
@@ -205,6 +248,9 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     """Run (or read) the map; Markdown, the margin figure and one JSON line."""
     p = build_parser()
     args = p.parse_args(argv)
+    for flag in ("rounds", "eval_every"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be >= 1")
     out = Path(args.out or tempfile.mkdtemp(prefix="ripple-map-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     args.plot = str(out / "map.png") if args.plot is None else args.plot
@@ -213,6 +259,10 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     runner = make_runner(args, p, out, stamp, train)
     try:
         result = build(map_table, args, out, runner, stamp)
+    except PlanError as err:  # found before any run started
+        for line in err.lines:
+            print(f"ripple-map: {line}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         log("interrupted: finished runs are kept; run the same command with --reuse to go on")
         return 130
@@ -223,7 +273,8 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     line = json.dumps(
         {
             "map": "heterogeneity",
-            "base": BASE,
+            "base": protocol(args),
+            "set": dict(args.set),
             "cells_settings": {c: CELLS[c] for c in args.cells},
             "rows": {r: ROWS[r] for r in args.methods},
             "rounds": args.rounds,

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ripple_flwr.experiments.compose import Defined, check_runs, defined_by
 from ripple_flwr.experiments.executor import Execution, Job, Link, Outcome
 from ripple_flwr.experiments.stats import best_k, seed_stats, summarise
 from ripple_flwr.experiments.variants import VARIANTS
@@ -78,24 +79,56 @@ def run_name(
     return f"{row}-k{k}-r{rounds}{mid}-seed{seed}.json"
 
 
-def base_config(args: argparse.Namespace, seed: int) -> dict[str, Any]:
-    """The run config every row of a table shares (K and rounds are the row's)."""
-    return {
-        "dataset": args.dataset,
-        "model": args.model,
-        "pretrained": args.pretrained,
-        "num-partitions": args.clients,
-        "partition-size": args.partition_size,
-        "aux-size": args.aux_size,
-        "alpha": args.alpha,
-        "label-kind": args.label_kind,
-        "clients-per-round": args.clients_per_round,
-        "eval-every": args.eval_every,
-        "seed": seed,
-        "checkpoint": args.checkpoint,
-        **({"data-root": args.data_root} if args.data_root else {}),
-        **args.set,
-    }
+# The keys the tables' own flags set: ``--set`` may not change them (``compose``).
+FLAG_OF = {
+    "dataset": "--dataset",
+    "model": "--model",
+    "pretrained": "--pretrained",
+    "num-partitions": "--clients",
+    "partition-size": "--partition-size",
+    "aux-size": "--aux-size",
+    "alpha": "--alpha",
+    "label-kind": "--label-kind",
+    "clients-per-round": "--clients-per-round",
+    "eval-every": "--eval-every",
+    "seed": "--seeds",
+    "checkpoint": "--checkpoint",
+    "data-root": "--data-root",
+    "num-components": "--num-components",
+    "num-server-rounds": "--rounds",
+    "results-path": "--out",
+}
+
+
+def flags(values: Mapping[str, Any], flag_of: Mapping[str, str] = FLAG_OF) -> Defined:
+    """Keys set by the command's flags: each owned by its flag (``--set`` may not change it)."""
+    return {key: (value, f"the flag {flag_of[key]}") for key, value in values.items()}
+
+
+def row_keys(rows: Mapping[str, dict], row: str) -> Defined:
+    """A table row's run-config keys, owned by the row (choose rows with ``--methods``)."""
+    return defined_by(rows[row], f"row {row!r} (choose rows with --methods)")
+
+
+def base_config(args: argparse.Namespace, seed: int) -> Defined:
+    """The run config every row of a table shares, each key owned by its flag."""
+    return flags(
+        {
+            "dataset": args.dataset,
+            "model": args.model,
+            "pretrained": args.pretrained,
+            "num-partitions": args.clients,
+            "partition-size": args.partition_size,
+            "aux-size": args.aux_size,
+            "alpha": args.alpha,
+            "label-kind": args.label_kind,
+            "clients-per-round": args.clients_per_round,
+            "eval-every": args.eval_every,
+            "seed": seed,
+            "checkpoint": args.checkpoint,
+            **({"data-root": args.data_root} if args.data_root else {}),
+        }
+    )
 
 
 def summary_text(summary: Results) -> str:
@@ -168,6 +201,7 @@ def build(
                 runner.planning = False
             if not runner.pending:
                 break
+            check_runs(link.cfg for link in runner.pending.values())  # before any starts
             runner.run_pending()
     return table(args, out, runner, stamp)
 
@@ -241,6 +275,16 @@ class Runner:
             return self._seen.get(path, (None, Path(path)))
         self._remember(path, found)
         return found
+
+    def missing_markdown(self) -> list[str]:
+        """The table's closing lines on its missing runs: read-only, or failed (none: [])."""
+        if not self.missing:
+            return []
+        why = "--reuse-only, not run" if self.reuse_only else "failed, see the log above"
+        return ["", f"Missing runs ({why}): {len(self.missing)}"] + [
+            f"- {Path(p).name}" + (f": {self.failed[p]}" if p in self.failed else "")
+            for p in self.missing
+        ]
 
     def run_pending(self) -> None:
         """Run every pending run (chains in order, in one task), recording each as it ends."""

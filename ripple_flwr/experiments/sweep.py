@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ripple_flwr.experiments.compose import PlanError, compose, defined_by
 from ripple_flwr.experiments.executor import Outcome
 from ripple_flwr.experiments.launch import (
     add_execution_flags,
@@ -99,8 +100,16 @@ def plan(args: argparse.Namespace, out: Path) -> list[tuple[Point, int, dict[str
     runs = []
     for point in grid_points(args.grid_values) or [{}]:
         for seed in args.seeds:
-            cfg = {**fixed, **point, "seed": seed}
-            cfg["results-path"] = str(out / f"{point_name(point)}-seed{seed}.json")
+            name = f"{point_name(point)}-seed{seed}.json"
+            defined = {
+                **defined_by(point, "--grid"),
+                **defined_by({"seed": seed}, "the flag --seeds"),
+                **defined_by({"results-path": str(out / name)}, "the flag --out"),
+            }
+            try:
+                cfg = compose(defined, fixed)
+            except PlanError as err:
+                raise SystemExit(f"ripple-sweep: {err}") from None
             try:
                 settings = parse_run_config({k: v for k, v in cfg.items() if k != "results-path"})
             except ConfigError as err:

@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ripple_flwr.experiments.compose import compose
 from ripple_flwr.experiments.plots import family_figure, save
 from ripple_flwr.experiments.runner import (
     SWEEP_CRITERION,
@@ -19,8 +20,10 @@ from ripple_flwr.experiments.runner import (
     TABLE1,
     Runner,
     base_config,
+    flags,
     k_sweep,
     log,
+    row_keys,
     run_name,
     spec_of,
     sweep_block,
@@ -36,13 +39,18 @@ def table1_config(
     args: argparse.Namespace, out: Path, row: str, seed: int, k: int, rounds: int
 ) -> dict[str, Any]:
     """The run config of one Table 1 run (the sweep's too, at its own rounds)."""
-    return {
-        **TABLE1[row],
+    defined = {
+        **row_keys(TABLE1, row),
         **base_config(args, seed),
-        "num-components": k,
-        "num-server-rounds": rounds,
-        "results-path": str(out / run_name(row, k, rounds, seed)),
+        **flags(
+            {
+                "num-components": k,
+                "num-server-rounds": rounds,
+                "results-path": str(out / run_name(row, k, rounds, seed)),
+            }
+        ),
     }
+    return compose(defined, args.set)
 
 
 def table1_run(
@@ -95,7 +103,7 @@ def table1(
         "sweep": sweep_block(args, swept),
         "missing": list(runner.missing),
         "plot": args.plot if curves else None,
-        "markdown": table1_markdown(args, rows, swept, runner.missing),
+        "markdown": table1_markdown(args, rows, swept, runner.missing_markdown()),
     }
 
 
@@ -171,9 +179,7 @@ def table1_markdown(
 
     md += [_row_line(name, rows[name], len(args.seeds)) for name in sorted(rows, key=order)]
     md += sweep_markdown(args, {name: entry for name, entry in swept.items()})
-    if missing:
-        md += ["", f"Missing runs (--reuse-only, not run): {len(missing)}"]
-        md += [f"- {Path(p).name}" for p in missing]
+    md += missing
     return "\n".join(md)
 
 

@@ -15,20 +15,31 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ripple_flwr.experiments.compose import compose, defined_by
 from ripple_flwr.experiments.plots import bars_figure, save
 from ripple_flwr.experiments.runner import (
+    FLAG_OF,
     TABLE2,
     Results,
     Runner,
     base_config,
+    flags,
     k_sweep,
     log,
+    row_keys,
     run_name,
     sweep_block,
     swept_rows,
 )
 from ripple_flwr.experiments.stats import INTERVAL, fmt_stat, seed_stats
 from ripple_flwr.experiments.table_one import sweep_markdown
+
+TABLE2_FLAG_OF = {
+    **FLAG_OF,
+    "alpha": "--alphas-train",
+    "alpha-new": "--alphas-test",
+    "new-clients": "--new-clients",
+}
 
 
 def onboard_runs(
@@ -48,18 +59,35 @@ def onboard_runs(
         legacy = [
             f"{row}{tag}-a{alpha_train:g}-t{alpha_test:g}-seed{seed}.json" for tag in (f"-k{k}", "")
         ]
-        cfg = {
-            **TABLE2[row],
-            **base_config(args, seed),
-            "num-components": k,
-            "alpha": alpha_train,
-            "alpha-new": alpha_test,
-            "new-clients": args.new_clients,
-            "num-server-rounds": rounds,
-            # Ripple also reports its best cluster model by training-split loss.
-            "best-by-loss": TABLE2[row]["method"] == "ripple",
-            "results-path": str(out / name),
-        }
+        cfg = compose(
+            {
+                **row_keys(TABLE2, row),
+                **base_config(args, seed),
+                **flags(
+                    {
+                        "num-components": k,
+                        "alpha": alpha_train,
+                        "alpha-new": alpha_test,
+                        "new-clients": args.new_clients,
+                        "num-server-rounds": rounds,
+                        "results-path": str(out / name),
+                    },
+                    TABLE2_FLAG_OF,
+                ),
+                # Ripple also reports its best cluster model by training-split loss; the
+                # runs after the first resume it (both keys are the table's own).
+                **defined_by(
+                    {
+                        "best-by-loss": TABLE2[row]["method"] == "ripple",
+                        "checkpoint-every": rounds,
+                        "resume": "",
+                    },
+                    "table2 itself",
+                ),
+            },
+            args.set,
+        )
+        del cfg["checkpoint-every"], cfg["resume"]
         if trained is None or not trained.is_file():
             # Saves the final state, for the other alpha_test. A later alpha_test trains
             # afresh (the same seeded training) when the first one's state is not here:
@@ -142,7 +170,7 @@ def table2(
         "sweep": sweep_block(args, swept),
         "missing": list(runner.missing),
         "plot": args.plot,
-        "markdown": table2_markdown(args, names, cells, cols, swept, runner.missing),
+        "markdown": table2_markdown(args, names, cells, cols, swept, runner.missing_markdown()),
     }
 
 
@@ -186,7 +214,5 @@ def table2_markdown(
         for a, entry in per.items()
     }
     md += sweep_markdown(args, by_label)
-    if missing:
-        md += ["", f"Missing runs (--reuse-only, not run): {len(missing)}"]
-        md += [f"- {Path(p).name}" for p in missing]
+    md += missing
     return "\n".join(md)

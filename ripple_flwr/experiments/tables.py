@@ -51,6 +51,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ripple_flwr.experiments.compose import PlanError
 from ripple_flwr.experiments.launch import (
     add_execution_flags,
     add_set_flag,
@@ -110,7 +111,14 @@ def apply_preset(args: argparse.Namespace) -> None:
 
 
 def _data_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dataset", default="fashion-mnist")
+    from ripple_flwr.data import available_datasets
+
+    p.add_argument(
+        "--dataset",
+        default="fashion-mnist",
+        metavar="NAME",
+        help=f"one of {', '.join(available_datasets())} (fashion-mnist)",
+    )
     p.add_argument("--data-root", default="", help="where the dataset's files are (cifar10)")
     p.add_argument(
         "--model", default=None, help="cnn (MNIST-like), resnet9 (CIFAR) or resnet18 (preset)"
@@ -131,7 +139,7 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
         p, "any other run-config key (e.g. --set image-size=64 --set pretrained-weights=...)"
     )
     p.add_argument("--clients", type=int, default=None, help="default 100 (preset: 50, 233)")
-    p.add_argument("--clients-per-round", type=int, default=10)
+    p.add_argument("--clients-per-round", type=int, default=10, help="clients a round (10)")
     p.add_argument("--partition-size", type=int, default=None, help="images per client (200)")
     p.add_argument("--aux-size", type=int, default=1000, help="the server's D_aux")
     p.add_argument("--alpha", type=float, default=None, help="table1's Dirichlet alpha (0.1)")
@@ -139,17 +147,34 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("table", choices=["table1", "table2"])
+    p = argparse.ArgumentParser(
+        prog="ripple-tables",
+        description=__doc__.splitlines()[0],
+        epilog="--set KEY=VALUE adds a run-config key the table does not set itself; a key a "
+        "row or a flag sets (method, alpha, num-server-rounds, ...) is refused: use the flag.",
+    )
+    p.add_argument("table", choices=["table1", "table2"], help="table1 or table2 (the paper's)")
     _data_flags(p)
     p.add_argument("--rounds", type=int, default=None, help="default: 300 (table1), 100 (table2)")
-    p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--eval-every", type=int, default=10, help="evaluate every N rounds (10)")
     p.add_argument("--seeds", type=int, nargs="+", default=SEEDS, help="default: 42 7 123")
     p.add_argument("--methods", nargs="+", default=None, help="default: every row of the table")
     p.add_argument("--target", type=float, default=0.8, help="accuracy for 'first round'")
-    p.add_argument("--alphas-train", type=float, nargs="+", default=[0.01, 0.1])
-    p.add_argument("--alphas-test", type=float, nargs="+", default=[1.0, 100.0])
-    p.add_argument("--new-clients", type=int, default=10)
+    p.add_argument(
+        "--alphas-train",
+        type=float,
+        nargs="+",
+        default=[0.01, 0.1],
+        help="table2: the training clients' Dirichlet alphas (0.01 0.1)",
+    )
+    p.add_argument(
+        "--alphas-test",
+        type=float,
+        nargs="+",
+        default=[1.0, 100.0],
+        help="table2: the new clients' Dirichlet alphas (1 100)",
+    )
+    p.add_argument("--new-clients", type=int, default=10, help="table2: new clients a run (10)")
     sweep = "the methods whose K the registry sweeps (IFCA, FeSEM)"
     p.add_argument("--sweep-k", action="store_true", help=f"{sweep}: best K of {SWEEP_K}")
     p.add_argument("--sweep-seeds", type=int, nargs="+", default=[42], help="the sweep's (42)")
@@ -189,8 +214,20 @@ def parse(argv: list[str] | None, p: argparse.ArgumentParser | None = None) -> a
     for name in args.methods or []:
         if name not in known:
             p.error(f"{args.table} has no method {name!r}; choose from {', '.join(known)}")
-    args.rounds = args.rounds or (300 if args.table == "table1" else 100)
+    if args.rounds is None:
+        args.rounds = 300 if args.table == "table1" else 100
+    check_counts(p, args)
     return args
+
+
+def check_counts(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The flags every run shares that no run config can check: one line each, exit 2."""
+    for flag in ("rounds", "eval_every", "clients", "clients_per_round", "sweep_rounds"):
+        value = getattr(args, flag, None)
+        if value is not None and value < 1:
+            p.error(f"--{flag.replace('_', '-')} {value}: must be a whole number >= 1")
+    if getattr(args, "new_clients", 1) < 1:
+        p.error(f"--new-clients {args.new_clients}: table2 needs at least 1 new client")
 
 
 def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = None) -> int:
@@ -205,6 +242,10 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     runner = make_runner(args, p, out, stamp, train)
     try:
         result = build(table1 if args.table == "table1" else table2, args, out, runner, stamp)
+    except PlanError as err:  # found before any run started
+        for line in err.lines:
+            print(f"ripple-tables: {line}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         log("interrupted: finished runs are kept; run the same command with --reuse to go on")
         return 130
@@ -225,6 +266,7 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
             "label_kind": args.label_kind,
             "num_components": args.num_components,
             "interval": INTERVAL,
+            "set": args.set,
             "machine": stamp,
             **{k: v for k, v in result.items() if k != "markdown"},
             "markdown": str(md_path),

@@ -1,0 +1,147 @@
+"""The tables, the map and sweeps refuse what would give a silently wrong result, before any run.
+
+One merge rule (``experiments/compose.py``): ``--set`` only adds keys, so it can never
+relabel a row, change a cell's shift or override a flag; every run's config, dataset and
+checkpoint are checked before Ray or any training starts, one line per distinct problem.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_tables import SMALL, FakeTrainer, never_train
+
+from ripple_flwr.experiments import hmap, sweep, tables
+
+
+@pytest.fixture(autouse=True)
+def _restore_output_dir(monkeypatch):
+    """The commands point $RIPPLE_OUTPUT_DIR at their --out; undo that after."""
+    import os
+
+    monkeypatch.setenv("RIPPLE_OUTPUT_DIR", os.environ.get("RIPPLE_OUTPUT_DIR", ""))
+
+
+def refused(main, argv: list[str], capsys) -> str:
+    """``main(argv)`` stops with exit 2 before training anything; its message."""
+    try:
+        rc = main(argv, train=never_train)
+    except SystemExit as stop:  # argparse's p.error
+        rc = stop.code
+    assert rc == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "key", "owner"),
+    [
+        (["--set", "method=local"], "method", "row 'fedavg'"),
+        (["--set", "num-server-rounds=7"], "num-server-rounds", "--rounds"),
+        (["--alpha", "0.1", "--set", "alpha=0.5"], "alpha", "--alpha"),
+        (["--set", "seed=3"], "seed", "--seeds"),
+    ],
+)
+def test_a_set_key_the_table_defines_is_refused_naming_key_and_owner(
+    tmp_path, capsys, extra, key, owner
+):
+    argv = ["table1", *SMALL, "--methods", "fedavg", "--out", str(tmp_path), *extra]
+    err = refused(tables.main, argv, capsys)
+    assert f"--set {key}=" in err and owner in err
+    assert len([line for line in err.splitlines() if line.startswith("ripple-tables:")]) == 1
+
+
+@pytest.mark.parametrize("rounds", ["0", "-1"])
+def test_zero_or_negative_rounds_are_refused_not_read_as_the_default(tmp_path, capsys, rounds):
+    err = refused(tables.main, ["table1", "--rounds", rounds, "--out", str(tmp_path)], capsys)
+    assert f"--rounds {rounds}" in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "names"),
+    [
+        (["--set", "nosuch-key=1"], "nosuch-key"),
+        (["--dataset", "nosuch"], "nosuch"),
+        (["--alpha", "-1"], "alpha"),
+        (["--checkpoint", "/nonexistent/ckpt.pt"], "/nonexistent/ckpt.pt"),
+    ],
+)
+def test_a_bad_run_is_refused_in_one_line_before_any_run(tmp_path, capsys, extra, names):
+    argv = ["table1", *SMALL, "--methods", "fedavg", "ifca", "--out", str(tmp_path), *extra]
+    err = refused(tables.main, argv, capsys)
+    lines = [line for line in err.splitlines() if line.startswith("ripple-tables:")]
+    assert len(lines) == 1 and names in lines[0]  # the same problem in every run: said once
+
+
+def test_a_corrupt_checkpoint_is_refused_before_any_run(tmp_path, capsys):
+    bad = tmp_path / "ckpt.pt"
+    bad.write_bytes(b"not a torch file")
+    argv = ["table1", *SMALL, "--methods", "fedavg", "--out", str(tmp_path / "o")]
+    err = refused(tables.main, [*argv, "--checkpoint", str(bad)], capsys)
+    assert "ckpt.pt" in err and "Traceback" not in err
+
+
+def test_the_refusal_starts_no_ray(tmp_path):
+    code = (
+        "import sys\n"
+        "from ripple_flwr.experiments import tables\n"
+        f"rc = tables.main(['table1', '--methods', 'fedavg', '--set', 'nosuch=1', '--out', "
+        f"{str(tmp_path)!r}])\n"
+        "print(json.dumps({'rc': rc, 'ray': 'ray' in sys.modules}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", "import json\n" + code], capture_output=True, text=True, check=False
+    )
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"rc": 2, "ray": False}
+    assert "nosuch" in done.stderr
+
+
+def test_failed_runs_are_not_reported_as_reuse_only(tmp_path, capsys):
+    def failing(cfg: dict) -> dict:
+        raise RuntimeError("boom")
+
+    argv = ["table1", *SMALL, "--methods", "fedavg", "--seeds", "42", "--jobs", "1"]
+    assert tables.main([*argv, "--out", str(tmp_path), "--no-progress"], train=failing) == 1
+    md = (tmp_path / "table1.md").read_text()
+    assert "--reuse-only" not in md and "Missing runs (failed" in md
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--set", "alpha=0.5"], "cell 'label-skew-1'"),
+        (["--set", "method=local"], "row 'fedavg'"),
+        (["--rounds", "-1"], "--rounds -1"),
+        (["--eval-every", "0"], "--eval-every 0"),
+    ],
+)
+def test_the_map_refuses_the_same_way(tmp_path, capsys, extra, needle):
+    argv = ["--cells", "label-skew-1", "--methods", "fedavg", "--seeds", "42"]
+    argv += ["--set", "num-partitions=8", "--set", "clients-per-round=4", "--out", str(tmp_path)]
+    err = refused(hmap.main, [*argv, *extra], capsys)
+    assert needle in err
+
+
+def test_the_maps_protocol_may_change_and_its_title_and_json_say_so(tmp_path, capsys):
+    fake = FakeTrainer()
+    argv = ["--cells", "label-skew-1", "--methods", "fedavg", "--seeds", "42", "--rounds", "20"]
+    argv += ["--set", "num-partitions=8", "--set", "clients-per-round=4", "--out", str(tmp_path)]
+    assert hmap.main([*argv, "--no-progress"], train=fake) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["base"]["num-partitions"] == 8
+    assert "8 clients" in Path(line["markdown"]).read_text()
+    assert {c["alpha"] for c in fake.configs} == {1.0}  # the cell's, never a --set
+
+
+def test_a_sweep_refuses_a_set_key_it_also_sweeps_or_its_seed(tmp_path):
+    base = ["--out", str(tmp_path), "--set", "num-partitions=4"]
+    for extra, needle in (
+        (["--grid", "alpha=0.1,1", "--set", "alpha=0.5"], "--grid"),
+        (["--set", "seed=3"], "--seeds"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            sweep.main([*base, *extra], train=never_train)
+        assert needle in str(stop.value)
