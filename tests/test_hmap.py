@@ -46,31 +46,53 @@ def test_every_cell_row_and_seed_runs_once_with_its_shift_and_new_clients(tmp_pa
     )
     skew = by_name["label-skew-0.01-ripple-unif-r30-seed42.json"]
     assert skew["alpha"] == skew["alpha-new"] == 0.01 and skew["sampling"] == "uniform"
-    assert skew["new-clients"] == 10 and skew["best-by-loss"] is True
+    assert skew["new-clients"] == 50 and skew["new-partition-size"] == 500
+    assert skew["best-by-loss"] is True and skew["data-seed"] == skew["seed"] == 42
     assert by_name["label-skew-0.01-fedavg-r30-seed42.json"]["best-by-loss"] is False
     cell = line["cells"]["label-skew-0.01"]
     assert cell["rows"]["oracle"]["final_accuracy"]["n"] == 2
     assert Path(line["plot"]).is_file()
 
 
-def test_the_margin_is_ripple_strat_minus_the_best_compared_method_per_seed():
+def test_the_margin_is_the_best_ripple_variant_minus_the_best_other_paired_per_seed():
     def stat(per_seed):
-        from ripple_flwr.experiments.stats import seed_stats
+        from ripple_flwr.runs.statistics import seed_stats
 
         return seed_stats(per_seed)
 
     rows = {
-        "ripple-strat": {"final_accuracy": stat({42: 0.80, 7: 0.84})},
-        "oracle": {"final_accuracy": stat({42: 0.99, 7: 0.99})},  # knows pi*: never compared
-        "ripple-unif": {"final_accuracy": stat({42: 0.95, 7: 0.95})},  # Ripple itself
-        "fedavg": {"final_accuracy": stat({42: 0.70, 7: 0.72})},
-        "local": {"final_accuracy": stat({42: 0.78, 7: 0.82})},
+        "ripple-strat": {"final_accuracy": stat({42: 0.80, 7: 0.84, 123: 0.82})},
+        "oracle": {"final_accuracy": stat({42: 0.99, 7: 0.99, 123: 0.99})},  # never compared
+        "ripple-unif": {"final_accuracy": stat({42: 0.85, 7: 0.86, 123: 0.87})},
+        "fedavg": {"final_accuracy": stat({42: 0.70, 7: 0.72, 123: 0.71})},
+        "local": {"final_accuracy": stat({42: 0.78, 7: 0.82, 123: 0.80})},
     }
     m = hmap.margin(rows, "final_accuracy")
-    assert m["best_other"] == "local"
-    assert m["per_seed"] == pytest.approx({"42": 0.02, "7": 0.02})
-    rows["local"]["final_accuracy"] = stat({42: 0.90, 7: 0.86})
-    assert hmap.margin(rows, "final_accuracy")["mean"] == pytest.approx(-0.06)
+    assert (m["ripple"], m["best_other"]) == ("ripple-unif", "local")
+    assert m["per_seed"] == pytest.approx({"42": 0.07, "7": 0.04, "123": 0.07})
+    # t(0.975, 2) = 4.303: half-width = 4.303 * sd / sqrt(3)
+    assert m["half"] == pytest.approx(4.3027 * 0.017320508 / 3**0.5, rel=1e-3)
+    assert m["verdict"] == "leads" and m["wins"] == 3
+    rows["local"]["final_accuracy"] = stat({42: 0.90, 7: 0.80, 123: 0.86})  # noisy: no winner
+    assert hmap.margin(rows, "final_accuracy")["verdict"] == "no clear winner"
+    rows["local"]["final_accuracy"] = stat({42: 0.95, 7: 0.96, 123: 0.97})
+    assert hmap.margin(rows, "final_accuracy")["verdict"] == "trails"
+
+
+def test_the_router_comparison_is_paired_at_each_sampler():
+    from ripple_flwr.runs.statistics import seed_stats
+
+    rows = {
+        name: {"final_accuracy": seed_stats(dict(zip((42, 7), v, strict=True)))}
+        for name, v in {
+            "ripple-strat": (0.80, 0.82),
+            "ripple-strat-mu": (0.81, 0.84),
+            "ripple-unif": (0.85, 0.86),
+        }.items()
+    }
+    got = hmap.router_comparison(rows, "final_accuracy")
+    assert list(got) == ["stratified"]  # the uniform pair is incomplete
+    assert got["stratified"]["per_seed"] == pytest.approx({"42": 0.01, "7": 0.02})
 
 
 def test_reuse_only_marks_missing_cells_and_trains_nothing(tmp_path, capsys):

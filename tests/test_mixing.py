@@ -319,3 +319,46 @@ def test_products_in_blocks_are_the_same_on_any_number_of_threads() -> None:
     a, m = rng.standard_normal((2, 3)), rng.standard_normal((3, wide))
     add = rng.standard_normal((2, wide))
     np.testing.assert_allclose(blocked_matmul(a, m, add, workers=2), a @ m + add, rtol=1e-12)
+
+
+# -- Ripple-Strat with more clusters than clients a round --------------------------------------
+def _one_hot_clients(k: int, per_cluster: int, rng: np.random.Generator) -> np.ndarray:
+    """Clients one-hot on their cluster, cluster c with mass decreasing in c (ties broken)."""
+    w = np.repeat(np.eye(k), per_cluster, axis=0)
+    return w * (1.0 - 1e-3 * np.arange(k))[None, :] * rng.uniform(0.99, 1.0, size=(len(w), 1))
+
+
+def test_rotation_serves_every_cluster_within_ceil_k_over_s_consecutive_rounds():
+    from ripple_flwr.aggregation.mixing import stratified_sample
+
+    k, s = 40, 10
+    w = _one_hot_clients(k, 3, np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    served = [
+        set(np.argmax(w[stratified_sample(w, s, rng, server_round=r)], axis=1))
+        for r in range(1, 13)
+    ]
+    for start in range(len(served) - 3):  # any 4 = ceil(40 / 10) consecutive rounds
+        assert set().union(*served[start : start + 4]) == set(range(k))
+
+
+def test_the_mass_order_serves_the_same_heaviest_clusters_every_round():
+    from ripple_flwr.aggregation.mixing import stratified_sample
+
+    w = _one_hot_clients(40, 3, np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    served = set()
+    for r in range(1, 13):
+        served |= set(np.argmax(w[stratified_sample(w, 10, rng, server_round=r, order="mass")], 1))
+    assert served == set(range(10))  # the earlier rule, kept as a named option
+
+
+@pytest.mark.parametrize("k", [3, 10])
+def test_with_k_at_most_s_rotation_gives_the_mass_orders_sample(k):
+    from ripple_flwr.aggregation.mixing import stratified_sample
+
+    w = np.random.default_rng(k).dirichlet(np.full(k, 0.3), size=50)
+    for r in (1, 2, 7):
+        a = stratified_sample(w, 10, np.random.default_rng(5), server_round=r)
+        b = stratified_sample(w, 10, np.random.default_rng(5), server_round=r, order="mass")
+        np.testing.assert_array_equal(a, b)

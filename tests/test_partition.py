@@ -430,3 +430,28 @@ def test_a_federation_with_quantity_skew_holds_the_same_rows_in_clients_of_sprea
     )  # fmt: skip
     for pid in range(20):
         np.testing.assert_array_equal(same.client_indices(pid), equal.client_indices(pid))
+
+
+def test_new_clients_of_their_own_size_leave_the_training_clients_row_for_row() -> None:
+    dataset = toy_dataset()
+    plain = build(dataset)
+    big = build(dataset, new_partition_size=300)
+    for pid in range(8):  # the training clients, D_aux and their splits do not move
+        np.testing.assert_array_equal(big.train_indices[pid], plain.train_indices[pid])
+        np.testing.assert_array_equal(big.test_indices[pid], plain.test_indices[pid])
+    np.testing.assert_array_equal(big.aux_indices, plain.aux_indices)
+    assert [len(big.client_indices(p)) for p in (8, 9, 10)] == [300, 300, 300]
+    assert [len(big.test_indices[p]) for p in (8, 9, 10)] == [60, 60, 60]
+    everything = np.concatenate([big.aux_indices, *(big.client_indices(p) for p in range(11))])
+    assert len(everything) == len(np.unique(everything))
+    assert big.settings["new_partition_size"] == 300 and "new_partition_size" not in plain.settings
+    with pytest.raises(ValueError, match="3 of 900"):
+        build(dataset, new_partition_size=900)
+
+
+def test_the_data_seed_redraws_the_whole_federation() -> None:
+    dataset = toy_dataset()
+    a, b = build(dataset, seed=1), build(dataset, seed=2)
+    assert not np.array_equal(a.aux_indices, b.aux_indices)
+    assert not np.array_equal(a.client_indices(0), b.client_indices(0))
+    assert not np.array_equal(a.client_indices(8), b.client_indices(8))  # the new clients too

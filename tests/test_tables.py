@@ -110,7 +110,8 @@ TABLE1_ROWS = ["ripple-strat-gmm-vae", "oracle", "fedavg", "local", "ifca", "fes
 
 # -- cell statistics --------------------------------------------------------------------------
 def test_a_cell_is_the_mean_and_two_sample_sigmas_of_its_seeds():
-    from ripple_flwr.experiments.stats import fmt_stat, seed_stats
+    from ripple_flwr.experiments.stats import fmt_stat
+    from ripple_flwr.runs.statistics import seed_stats
 
     cell = seed_stats({42: 0.90, 7: 0.92, 123: 0.94})
     assert cell["per_seed"] == {"42": 0.90, "7": 0.92, "123": 0.94}
@@ -125,7 +126,8 @@ def test_a_cell_is_the_mean_and_two_sample_sigmas_of_its_seeds():
 
 
 def test_the_best_k_has_the_highest_mean_final_accuracy():
-    from ripple_flwr.experiments.stats import best_k, seed_stats
+    from ripple_flwr.experiments.stats import best_k
+    from ripple_flwr.runs.statistics import seed_stats
 
     def sweep(means: dict[int, list[float]]) -> dict:
         return {k: {"final_accuracy": seed_stats(dict(enumerate(v)))} for k, v in means.items()}
@@ -172,7 +174,7 @@ def test_table1_keeps_every_seed_and_runs_the_swept_methods_at_their_best_k(tmp_
     assert line["rows"]["ifca"]["ari_p_all"]["per_seed"] == {"42": 1.0, "7": 1.0, "123": 1.0}
     ifca_line = next(row for row in md.splitlines() if row.startswith("| ifca |"))
     assert "(end; p <= 1.000 / 1.000)" in ifca_line
-    assert "K sweep (seeds 42, 30 rounds" in md and "sample standard deviation (ddof = 1)" in md
+    assert "K sweep (seeds 42, 30 rounds" in md and "the seed spread" in md
     assert md.index("| oracle |") < md.index("| ripple-strat-gmm-vae |") < md.index("| fedavg |")
     assert line["plot"] == str(out / "table1.png") and Path(line["plot"]).stat().st_size > 10_000
     assert line["machine"]["cpus"] >= 1 and line["missing"] == []
@@ -391,7 +393,7 @@ def test_table2_bars_group_by_column_with_two_sigma_error_bars():
     from matplotlib.container import BarContainer
 
     from ripple_flwr.experiments.plots import bars_figure
-    from ripple_flwr.experiments.stats import seed_stats
+    from ripple_flwr.runs.statistics import seed_stats
 
     cols = ["0.01/1", "0.1/1"]
     cells = {
@@ -438,7 +440,8 @@ def test_every_registered_method_has_a_family_and_a_table1_row():
 def test_table2_trains_once_per_alpha_train_and_sweeps_on_the_training_clients(tmp_path, capsys):
     trainer, out = FakeTrainer(), tmp_path / "t2"
     argv = [
-        "table2", "--clients", "8", "--clients-per-round", "4", "--rounds", "30", "--sweep-rounds", "30", "--eval-every", "10",
+        "table2", "--clients", "8", "--clients-per-round", "4", "--rounds", "30",
+        "--sweep-rounds", "30", "--eval-every", "10",
         "--seeds", "42", "7", "--alphas-train", "0.1", "--alphas-test", "1", "100",
         "--methods", "ripple-strat", "ifca", "fedavg", "--sweep-k", "--out", str(out),
     ]  # fmt: skip

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 __all__ = [
+    "STRAT_ORDERS",
     "cluster_mass",
     "mix_model",
     "mix_models",
@@ -298,11 +299,17 @@ def uniform_sample(num_clients: int, sample_size: int, rng: np.random.Generator)
     return np.sort(rng.choice(num_clients, size=sample_size, replace=False)).astype(np.int64)
 
 
+STRAT_ORDERS = ("rotation", "mass")
+
+
 def stratified_sample(
     weights: np.ndarray,
     sample_size: int,
     rng: np.random.Generator,
     min_mass: float = 1e-4,
+    *,
+    server_round: int = 1,
+    order: str = "rotation",
 ) -> np.ndarray:
     """Ripple-Strat: a sample in which every cluster with mass has a representative.
 
@@ -311,11 +318,18 @@ def stratified_sample(
     chosen at random among those; if no client has c as its largest weight,
     it gets the client with the most mass on c (ties: lowest index). A
     cluster already represented by an earlier pick is not picked again.
-    Clusters are served in decreasing order of total mass, so when there are
-    more of them than ``sample_size`` the heaviest ones are covered. The rest
-    of the sample is drawn uniformly from the clients not yet chosen. Returns
-    sorted, distinct indices; deterministic given ``rng``.
+    Clusters are served in decreasing order of total mass. When more clusters
+    have mass (M) than ``sample_size`` (S), ``order="rotation"`` (the default)
+    starts round r's pass at position ``(r - 1) * S mod M`` of that order, so
+    over any ceil(M / S) consecutive rounds every cluster with mass gets a
+    representative; ``order="mass"`` (the earlier rule) always starts at the
+    heaviest, so the same S clusters are served every round and the others
+    never. With M <= S both give the same sample. The rest of the sample is
+    drawn uniformly from the clients not yet chosen. Returns sorted, distinct
+    indices; deterministic given ``rng`` and ``server_round``.
     """
+    if order not in STRAT_ORDERS:
+        raise ValueError(f"order={order!r} is not one of {', '.join(STRAT_ORDERS)}")
     w = _check_weights(weights, None, simplex=False)
     n = len(w)
     if not (0 <= sample_size <= n):
@@ -327,12 +341,15 @@ def stratified_sample(
         return np.zeros(0, dtype=np.int64)
     mass = w.sum(axis=0)
     top = np.argmax(w, axis=1)
-    order = np.argsort(-mass, kind="stable")
+    served = np.argsort(-mass, kind="stable")
+    served = served[mass[served] > min_mass]
+    if order == "rotation" and len(served) > sample_size:
+        served = np.roll(served, -(((int(server_round) - 1) * sample_size) % len(served)))
     chosen: list[int] = []
     taken = np.zeros(n, dtype=bool)
     covered = np.zeros(w.shape[1], dtype=bool)
-    for c in order:
-        if len(chosen) == sample_size or mass[c] <= min_mass:
+    for c in served:
+        if len(chosen) == sample_size:
             break
         if covered[c]:
             continue

@@ -70,15 +70,17 @@ def check_run(settings: RunSettings, *, method_rules: bool = True) -> None:
     if settings.data.client_data == "local":
         _check_local(settings, spec)
         return
-    needed = settings.data.aux_size + settings.data.total_partitions * settings.data.partition_size
-    spec_of_data = dataset_spec(settings.data.base_dataset)
+    data = settings.data
+    new_size = data.new_partition_size or data.partition_size
+    needed = data.aux_size + data.num_partitions * data.partition_size + data.new_clients * new_size
+    spec_of_data = dataset_spec(data.base_dataset)
     known = spec_of_data.images if spec_of_data is not None else 0
     if known and needed > known:
+        new = f"new-clients={data.new_clients} x new-partition-size={new_size}"
         raise ConfigError(
-            f"{settings.data.base_dataset} has {known} images: aux-size={settings.data.aux_size} + "
-            f"(num-partitions={settings.data.num_partitions} + "
-            f"new-clients={settings.data.new_clients}) "
-            f"x partition-size={settings.data.partition_size} = {needed}"
+            f"{data.base_dataset} has {known} images: aux-size={data.aux_size} + "
+            f"num-partitions={data.num_partitions} x partition-size={data.partition_size} + "
+            f"{new} = {needed}"
         )
     base = settings.data.base_dataset
     fixed = image_shape_of(base)

@@ -185,7 +185,7 @@ def seeds_text(seeds: list[int]) -> str:
 def interval(seeds: list[int]) -> str:
     if len(seeds) == 1:
         return "one seed: each cell is one run, no interval"
-    return "mean ± 2 sigma over the seeds, sigma the sample standard deviation"
+    return "mean ± 2 sigma over the seeds (the seed spread, not a test)"
 
 
 def recovered(folder: str, rounds: int) -> dict[str, list[str]]:

@@ -12,27 +12,16 @@ whether Ripple-Strat's margin keeps its sign. Reads ``docs/results/`` only.
 from __future__ import annotations
 
 import json
-import statistics
 from typing import Any
 
 from ripple_flwr.cli import evidence as ev
 from ripple_flwr.cli.evidence_map import MAP
+from ripple_flwr.runs.statistics import PAIRED, paired, seed_stats
 
 MAP300 = "heterogeneity_map_300.json"
 KEPT100, KEPT300 = "heterogeneity-map", "heterogeneity-map-300"
 RIPPLE = "ripple-strat"
 METRICS = {"final_accuracy": "training clients", "zero_shot_accuracy": "new clients, zero-shot"}
-
-
-def seed_stats(per_seed: dict[str, float | None]) -> dict[str, Any]:
-    """Mean and sample sigma (ddof = 1) over the seeds with a value, as the tables' JSON."""
-    vals = [v for v in per_seed.values() if v is not None]
-    return {
-        "per_seed": per_seed,
-        "mean": statistics.fmean(vals) if vals else None,
-        "sigma": statistics.stdev(vals) if len(vals) > 1 else None,
-        "n": len(vals),
-    }
 
 
 def _stat(row: dict[str, Any], metric: str, seeds: list[str]) -> dict[str, Any]:
@@ -56,23 +45,21 @@ def _best(rows: dict[str, Any], names: list[str], metric: str, seeds: list[str])
 
 
 def _margin(rows: dict[str, Any], best: str | None, metric: str, seeds: list[str]) -> dict | None:
-    """Ripple-Strat minus ``best``, per seed, with its stats."""
+    """Ripple-Strat minus ``best``, paired per seed, with its t interval and verdict."""
     if best is None or RIPPLE not in rows:
         return None
     mine, theirs = (_stat(rows[n], metric, seeds)["per_seed"] for n in (RIPPLE, best))
-    diff = {s: mine[s] - theirs[s] for s in seeds if None not in (mine[s], theirs[s])}
-    return {"best_other": best, **seed_stats(diff)} if diff else None
+    diff = paired(mine, theirs)
+    return {"best_other": best, **diff} if diff["n"] else None
 
 
 def _margin_text(m: dict[str, Any] | None) -> str:
     if not m or m.get("mean") is None:
         return "n/a"
-    sign = "+" if m["mean"] >= 0 else ""
-    clear = ""
-    if m.get("sigma") is not None:
-        inside = abs(m["mean"]) <= 2 * m["sigma"]
-        clear = ", inside the interval" if inside else ", outside the interval"
-    return f"{sign}{ev.cell(m)} vs {ev.label(m['best_other'])}{clear}"
+    text = f"{100 * m['mean']:+.1f}"
+    if m.get("half") is not None:
+        text += f" ± {100 * m['half']:.1f} (t 95%, {m['wins']}/{m['n']} seeds ahead)"
+    return f"{text} vs {ev.label(m['best_other'])}: {m['verdict']}"
 
 
 def _cell_rows(cell: str, rerun: list[str], at100: dict, at300: dict, seeds: list[str]) -> list:
@@ -196,8 +183,7 @@ def contenders_at_300() -> str:
     )
     tail = (
         f"Ripple-Strat's margin over the best rerun compared method, {d100['rounds']} / "
-        f'{d300["rounds"]} rounds, points; with two seeds or more, "outside the interval" '
-        "when the interval around the margin leaves out zero:"
+        f"{d300['rounds']} rounds, points: {PAIRED}:"
     )
     cost = _cost_text(d100["rounds"], d300["rounds"])
     return "\n".join([head, "", *table, "", tail, "", *verdicts, "", f"{kept}.{cost}"])

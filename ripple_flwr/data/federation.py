@@ -113,12 +113,13 @@ def build_federation(
     new_partitions: int = 0,
     alpha_new: float = 1.0,
     size_spread: float = 1.0,
+    new_partition_size: int = 0,
 ) -> Federation:
     """Split a dataset into D_aux, Dir(alpha) training clients and held-out new clients.
 
     ``size_spread`` > 1 makes the training clients' sizes vary by about that factor
     around ``partition_size`` (quantity skew, :func:`spread_sizes`; the same rows in
-    all); the new clients keep ``partition_size``.
+    all); the new clients have ``new_partition_size`` rows (0: ``partition_size``).
 
     Deterministic: the same arguments give the same federation in every
     process, so each Flower node rebuilds it from the run config instead of
@@ -140,6 +141,7 @@ def build_federation(
         num_components=num_components,
         aux_size=aux_size,
         seed=seed,
+        new_partition_size=new_partition_size or None,
     )
     if natural:
         return natural_federation(
@@ -155,7 +157,14 @@ def build_federation(
     counts = (int(num_partitions), int(new_partitions), int(partition_size), int(aux_size))
     rates = (float(alpha), float(alpha_new), float(test_fraction), float(size_spread))
     return _dirichlet_federation(
-        dataset, cluster, counts, rates, label_kind, int(num_components), int(seed)
+        dataset,
+        cluster,
+        counts,
+        rates,
+        label_kind,
+        int(num_components),
+        int(seed),
+        int(new_partition_size or partition_size),
     )
 
 
@@ -167,22 +176,23 @@ def _dirichlet_federation(
     label_kind: str,
     num_components: int,
     seed: int,
+    new_size: int,
 ) -> Federation:
     """D_aux, then Dir(alpha) training clients and Dir(alpha_new) new clients from the rest.
 
     ``counts``: training clients, new clients, client size, D_aux size; ``rates``:
-    alpha, alpha_new, test fraction, size spread.
+    alpha, alpha_new, test fraction, size spread; ``new_size``: a new client's rows.
     """
     num_partitions, new_partitions, partition_size, aux_size = counts
     alpha, alpha_new, test_fraction, size_spread = rates
     n, num_labels = len(cluster), len(np.unique(cluster))
-    _check_split(dataset.name, n, num_labels, label_kind, counts, rates[:3])
+    _check_split(dataset.name, n, num_labels, label_kind, counts, rates[:3], new_size)
     aux, pool = server_aux_split(cluster, aux_size, seed)
     sizes = spread_sizes(num_partitions, partition_size, size_spread, seed)
     clients = _dirichlet_clients(
         cluster,
         pool,
-        (num_partitions, new_partitions, partition_size),
+        (num_partitions, new_partitions, partition_size, new_size),
         (alpha, alpha_new),
         sizes,
         seed,
@@ -202,6 +212,7 @@ def _dirichlet_federation(
         "new_partitions": int(new_partitions),
         "alpha_new": float(alpha_new),
         **({"size_spread": float(size_spread)} if size_spread != 1 else {}),
+        **({"new_partition_size": new_size} if new_size != partition_size else {}),
     }
     return _assemble(dataset, aux, clients, cluster, settings)
 
@@ -234,7 +245,13 @@ def _assemble(
     )
 
 
-_LOWEST = {"num_partitions": 1, "partition_size": 2, "num_components": 1, "aux_size": 1}
+_LOWEST = {
+    "num_partitions": 1,
+    "partition_size": 2,
+    "new_partition_size": 2,
+    "num_components": 1,
+    "aux_size": 1,
+}
 
 
 def _check_counts(**counts: Any) -> None:
@@ -252,6 +269,7 @@ def _check_split(
     label_kind: str,
     counts: tuple[int, int, int, int],
     rates: tuple[float, float, float],
+    new_size: int,
 ) -> None:
     """Refuse a Dirichlet split the dataset cannot hold, naming the number that is wrong."""
     num_partitions, new_partitions, partition_size, aux_size = counts
@@ -267,24 +285,24 @@ def _check_split(
             f"aux_size must be in [{num_labels}, {n}) for {name!r} "
             f"(one row per {label_kind} label at least), got {aux_size}"
         )
-    needed = aux_size + (num_partitions + new_partitions) * partition_size
+    needed = aux_size + num_partitions * partition_size + new_partitions * new_size
     if needed > n:
         raise ValueError(
-            f"{name!r} has {n} rows, but aux_size={aux_size} plus "
-            f"{num_partitions} + {new_partitions} clients of {partition_size} rows need {needed}"
+            f"{name!r} has {n} rows, but aux_size={aux_size} plus {num_partitions} clients of "
+            f"{partition_size} rows and {new_partitions} of {new_size} need {needed}"
         )
 
 
 def _dirichlet_clients(
     cluster: np.ndarray,
     pool: np.ndarray,
-    counts: tuple[int, int, int],
+    counts: tuple[int, int, int, int],
     alphas: tuple[float, float],
     sizes: Any,
     seed: int,
 ) -> list[np.ndarray]:
     """The training clients' rows from ``pool``, then the new clients' from what is left."""
-    num_partitions, new_partitions, partition_size = counts
+    num_partitions, new_partitions, partition_size, new_size = counts
     alpha, alpha_new = alphas
     clients = [
         pool[p]
@@ -299,7 +317,7 @@ def _dirichlet_clients(
         clients += [
             rest[p]
             for p in dirichlet_partition(
-                cluster[rest], new_partitions, partition_size, alpha_new, new_seed
+                cluster[rest], new_partitions, new_size, alpha_new, new_seed
             )
         ]
     return clients

@@ -39,7 +39,8 @@ from ripple_flwr.experiments.launch import (
 )
 from ripple_flwr.experiments.runner import Runner, build, flags, log, write_json_line
 from ripple_flwr.experiments.stamp import machine_stamp
-from ripple_flwr.experiments.stats import INTERVAL, fmt_stat, seed_stats
+from ripple_flwr.experiments.stats import fmt_stat
+from ripple_flwr.runs.statistics import PAIRED, SPREAD, fmt_paired, paired, seed_stats
 
 __all__ = ["CELLS", "ROWS", "main", "map_table"]
 
@@ -74,11 +75,18 @@ BASE = {
     "clients-per-round": 10,
     "label-kind": "class",
     "num-components": 10,
-    "new-clients": 10,
+    # 50 new clients of 500 images: 100 test images each, 5,000 in all, so one zero-shot
+    # figure's sampling error is about 0.4 points (10 x 40 gave about 2.3).
+    "new-clients": 50,
+    "new-partition-size": 500,
 }
 ROWS: dict[str, dict[str, Any]] = {
+    # Ripple's own choices: router (the GMM-VAE each run pre-trains; mean unmixing,
+    # training-free) x sampler (stratified, uniform).
     "ripple-strat": {"method": "ripple", "sampling": "stratified"},
     "ripple-unif": {"method": "ripple", "sampling": "uniform"},
+    "ripple-strat-mu": {"method": "ripple", "sampling": "stratified", "router": "mean-unmixing"},
+    "ripple-unif-mu": {"method": "ripple", "sampling": "uniform", "router": "mean-unmixing"},
     "oracle": {"method": "oracle"},
     "fedavg": {"method": "fedavg"},
     "fedyogi": {"method": "fedyogi"},  # the best global optimiser of Table 1
@@ -88,13 +96,19 @@ ROWS: dict[str, dict[str, Any]] = {
     "cfl": {"method": "cfl"},
     "flux": {"method": "flux"},
 }
-RIPPLE = "ripple-strat"  # whose margin the map draws
-NOT_COMPARED = ("ripple-unif", "oracle")  # Ripple's other sampler; the oracle knows pi*
+RIPPLE = ("ripple-strat", "ripple-unif", "ripple-strat-mu", "ripple-unif-mu")  # Ripple's rows
+NOT_COMPARED = ("oracle",)  # it knows pi*: a reference, never a rival
+# The router comparison: mean unmixing against the GMM-VAE, at each sampler.
+ROUTER_PAIRS = {
+    "stratified": ("ripple-strat-mu", "ripple-strat"),
+    "uniform": ("ripple-unif-mu", "ripple-unif"),
+}
 METRICS = ("final_accuracy", "zero_shot_accuracy")
 
 
 FLAG_OF = {
     "seed": "--seeds",
+    "data-seed": "--seeds (a map seed draws the whole federation)",
     "num-server-rounds": "--rounds",
     "eval-every": "--eval-every",
     "results-path": "--out",
@@ -123,6 +137,8 @@ def run_config(args: argparse.Namespace, out: Path, cell: str, row: str, seed: i
         **flags(
             {
                 "seed": seed,
+                # The seed draws the federation too: partitions, D_aux, splits, new clients.
+                "data-seed": seed,
                 "num-server-rounds": args.rounds,
                 "eval-every": args.eval_every,
                 "results-path": str(out / f"{cell}-{row}-r{args.rounds}-seed{seed}.json"),
@@ -140,21 +156,28 @@ def _numbers(summary: Mapping[str, Any] | None) -> dict[str, float | None] | Non
     return {"final_accuracy": summary["final_accuracy"], "zero_shot_accuracy": zs}
 
 
-def margin(cells: Mapping[str, Mapping[str, Any]], metric: str) -> dict[str, Any] | None:
-    """Ripple-Strat minus the best other compared row (by mean), per seed, with stats."""
-    others = {
-        r: c[metric]["mean"]
-        for r, c in cells.items()
-        if r != RIPPLE and r not in NOT_COMPARED and c[metric]["mean"] is not None
-    }
-    if RIPPLE not in cells or not others or cells[RIPPLE][metric]["mean"] is None:
+def _best(rows: Mapping[str, Mapping[str, Any]], names: list[str], metric: str) -> str | None:
+    means = {r: rows[r][metric]["mean"] for r in names if rows[r][metric]["mean"] is not None}
+    return max(means, key=means.get) if means else None
+
+
+def margin(rows: Mapping[str, Mapping[str, Any]], metric: str) -> dict[str, Any] | None:
+    """The best Ripple variant minus the best other row (each by mean), paired per seed."""
+    mine = _best(rows, [r for r in rows if r in RIPPLE], metric)
+    best = _best(rows, [r for r in rows if r not in RIPPLE and r not in NOT_COMPARED], metric)
+    if mine is None or best is None:
         return None
-    best = max(others, key=others.get)
-    mine, theirs = cells[RIPPLE][metric]["per_seed"], cells[best][metric]["per_seed"]
-    diff = {
-        s: mine[s] - theirs[s] for s in mine if mine[s] is not None and theirs.get(s) is not None
+    diff = paired(rows[mine][metric]["per_seed"], rows[best][metric]["per_seed"])
+    return {"ripple": mine, "best_other": best, **diff}
+
+
+def router_comparison(rows: Mapping[str, Mapping[str, Any]], metric: str) -> dict[str, Any]:
+    """Mean unmixing minus the GMM-VAE router, paired per seed, at each sampler the map ran."""
+    return {
+        sampling: paired(rows[mu][metric]["per_seed"], rows[gmm][metric]["per_seed"])
+        for sampling, (mu, gmm) in ROUTER_PAIRS.items()
+        if mu in rows and gmm in rows
     }
-    return {"best_other": best, **seed_stats(diff)}
 
 
 def map_table(
@@ -171,11 +194,15 @@ def map_table(
             done = {s: n for s, n in got.items() if n is not None}
             rows[row] = {m: seed_stats({s: n[m] for s, n in done.items()}) for m in METRICS}
             rows[row]["seeds_missing"] = [s for s, n in got.items() if n is None]
-        cells[cell] = {"rows": rows, "margin": {m: margin(rows, m) for m in METRICS}}
+        cells[cell] = {
+            "rows": rows,
+            "margin": {m: margin(rows, m) for m in METRICS},
+            "router": {m: router_comparison(rows, m) for m in METRICS},
+        }
     if stamp is not None and args.plot:
         from ripple_flwr.experiments.plots import margin_figure, save
 
-        title = f"Ripple-Strat's margin, {args.rounds} rounds, seeds {args.seeds}"
+        title = f"Ripple's margin, {args.rounds} rounds, federation seeds {args.seeds}"
         save(margin_figure(cells, METRICS, title, stamp), args.plot)
     return {
         "cells": cells,
@@ -187,21 +214,27 @@ def map_table(
 def _margin_text(m: Mapping[str, Any] | None) -> str:
     if m is None or m["mean"] is None:
         return "n/a"
-    return f"{fmt_stat(m, '+.1f', 100)} vs {m['best_other']}"
+    return f"{m['ripple']} {fmt_paired(m)} vs {m['best_other']}: {m['verdict']}"
+
+
+def _router_text(r: Mapping[str, Any]) -> str:
+    return "; ".join(f"{s}: {fmt_paired(p)} {p['verdict']}" for s, p in r.items()) or "n/a"
 
 
 def markdown(args: argparse.Namespace, cells: Mapping[str, Mapping[str, Any]]) -> str:
     """One row per cell and method: training and zero-shot accuracy; then the margins."""
     base = protocol(args)
+    new_size = base.get("new-partition-size") or base["partition-size"]
     md = [
         f"Heterogeneity map: Fashion-MNIST, {base['num-partitions']} clients x "
         f"{base['partition-size']} images, {base['clients-per-round']} a round, "
-        f"{args.rounds} rounds, {base['new-clients']} new clients per run, seeds "
-        f"{', '.join(map(str, args.seeds))}. Accuracy (%), training clients / new clients "
-        f"zero-shot; cells: {INTERVAL}.",
+        f"{args.rounds} rounds, {base['new-clients']} new clients of {new_size} images per "
+        f"run; federation seeds {', '.join(map(str, args.seeds))} (each seed draws the "
+        "partitions, D_aux, the splits and the new clients, and seeds the training). Accuracy "
+        f"(%), training clients / new clients zero-shot; cells: {SPREAD}.",
         "",
-        "| cell | " + " | ".join(args.methods) + " | Ripple-Strat's margin, training / zero-shot |",
-        "|---|" + "---|" * (len(args.methods) + 1),
+        "| cell | " + " | ".join(args.methods) + " |",
+        "|---|" + "---|" * len(args.methods),
     ]
     for cell, entry in cells.items():
         parts = []
@@ -209,8 +242,19 @@ def markdown(args: argparse.Namespace, cells: Mapping[str, Mapping[str, Any]]) -
             r = entry["rows"][row]
             text = " / ".join(fmt_stat(r[m], ".1f", 100) for m in METRICS)
             parts.append(text if r["final_accuracy"]["n"] else "missing")
-        margins = " / ".join(_margin_text(entry["margin"][m]) for m in METRICS)
-        md.append(f"| {cell} | " + " | ".join(parts) + f" | {margins} |")
+        md.append(f"| {cell} | " + " | ".join(parts) + " |")
+    md += [
+        "",
+        f"The best Ripple variant against the best other method (the oracle aside), and mean "
+        f"unmixing against the GMM-VAE router; points, {PAIRED} (seeds ahead / n).",
+        "",
+        "| cell | margin, training | margin, zero-shot | router, training | router, zero-shot |",
+        "|---|---|---|---|---|",
+    ]
+    for cell, entry in cells.items():
+        margins = [_margin_text(entry["margin"][m]) for m in METRICS]
+        routers = [_router_text(entry["router"][m]) for m in METRICS]
+        md.append(f"| {cell} | " + " | ".join(margins + routers) + " |")
     return "\n".join(md)
 
 
@@ -279,7 +323,7 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
             "rows": {r: ROWS[r] for r in args.methods},
             "rounds": args.rounds,
             "seeds": args.seeds,
-            "interval": INTERVAL,
+            "interval": SPREAD,
             "machine": stamp,
             **{k: v for k, v in result.items() if k != "markdown"},
             "failed": {Path(k).name: v for k, v in runner.failed.items()},

@@ -149,11 +149,12 @@ def margin_figure(
     title: str,
     stamp: Mapping[str, Any],
 ) -> Figure:
-    """One panel per metric: Ripple-Strat's margin over the best other method, per cell.
+    """One panel per metric: the best Ripple variant's margin over the best other method.
 
-    Bars are the mean margin over seeds (points of accuracy), error bars ± 2 sigma
-    (sample std) where there are two seeds or more, none for one seed; each bar is
-    labelled with the method it is measured against. A cell without a margin has no bar.
+    Bars are the mean paired margin over seeds (points of accuracy), error bars the
+    half-width of its Student-t 95% interval where there are two seeds or more, none
+    for one seed; each bar is labelled with the two rows compared. A cell without a
+    margin has no bar.
     """
     names = list(cells)
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4.2), squeeze=False)
@@ -161,21 +162,23 @@ def margin_figure(
         margins = [cells[c]["margin"][metric] for c in names]
         shown = [i for i, m in enumerate(margins) if m and m["mean"] is not None]
         means = [100 * margins[i]["mean"] for i in shown]
-        errs = [200 * (margins[i]["sigma"] or 0.0) for i in shown]
+        errs = [100 * (margins[i].get("half") or 0.0) for i in shown]
         colours = [PALETTE[2] if v >= 0 else PALETTE[3] for v in means]
         ax.bar(shown, means, yerr=errs if any(errs) else None, capsize=3, color=colours)
         for i, v in zip(shown, means, strict=True):
             ax.annotate(
-                f"vs {margins[i]['best_other']}", (i, v), ha="center", fontsize=7,
+                f"{margins[i].get('ripple', '')} vs {margins[i]['best_other']}", (i, v),
+                ha="center", fontsize=6,
                 xytext=(0, 3 if v >= 0 else -10), textcoords="offset points",
             )  # fmt: skip
         ax.axhline(0, color="0.3", linewidth=0.8)
         ax.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
         ax.set_title(metric.replace("_", " "))
-        ax.set_ylabel("Ripple-Strat minus the best other method (points)")
+        ax.set_ylabel("best Ripple variant minus the best other method (points)")
         ax.grid(axis="y", alpha=0.3)
     seeds = {len(m["per_seed"]) for c in cells.values() for m in c["margin"].values() if m}
-    bars = "error bars ± 2 sigma over seeds" if max(seeds, default=1) > 1 else "one seed: no bars"
+    many = max(seeds, default=1) > 1
+    bars = "error bars: paired t 95% interval over seeds" if many else "one seed: no bars"
     fig.suptitle(f"{title}; {bars}")
     _footer(fig, stamp)
     return fig

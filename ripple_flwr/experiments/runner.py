@@ -29,10 +29,11 @@ from typing import Any
 
 from ripple_flwr.experiments.compose import Defined, check_runs, defined_by
 from ripple_flwr.experiments.executor import Execution, Job, Link, Outcome
-from ripple_flwr.experiments.stats import best_k, seed_stats, summarise
+from ripple_flwr.experiments.stats import best_k, summarise
 from ripple_flwr.experiments.variants import VARIANTS
 from ripple_flwr.methods.registry import METHODS, MethodSpec
 from ripple_flwr.runs.results import finished_results
+from ripple_flwr.runs.statistics import seed_stats
 
 # Paths, and when the final state is saved: neither changes the numbers, so --reuse ignores them.
 REUSE_IGNORES = ("results-path", "checkpoint", "resume", "checkpoint-every")

@@ -1,8 +1,8 @@
 """Table cells of ripple-tables: what one run gives, statistics over seeds, best K.
 
-A cell keeps every seed's number and prints the mean +- 2 sigma over the seeds,
-sigma the sample standard deviation (ddof = 1); a single seed prints its value
-alone. Nothing here trains: :func:`summarise` reads a run's results dict
+A cell keeps every seed's number and prints the mean +- 2 sigma over the seeds
+(the seed spread, :mod:`ripple_flwr.runs.statistics`); a single seed prints its
+value alone. Nothing here trains: :func:`summarise` reads a run's results dict
 (``ripple_flwr.runs.results``) once into its *summary*, the few numbers and the
 curve the tables use, and every cell is built from summaries. A summary is a
 few KB, so ``--keep`` commits them and a table can be rebuilt on a machine
@@ -19,11 +19,8 @@ from typing import Any
 import numpy as np
 
 from ripple_flwr.runs.results import HARD_SHARE, ari_permutation_test, hard_ari, tail_mean
+from ripple_flwr.runs.statistics import seed_stats
 
-INTERVAL = (
-    "mean ± 2 sigma over seeds, sigma the sample standard deviation (ddof = 1); "
-    "one seed: its value alone"
-)
 # The numbers of a Table 1 cell that are summarised over seeds.
 TABLE1_METRICS = (
     "final_accuracy",
@@ -43,23 +40,6 @@ def _number(v: Any) -> float | None:
         return None
     v = float(v)
     return None if math.isnan(v) else v
-
-
-def seed_stats(per_seed: Mapping[int, float | None]) -> dict[str, Any]:
-    """Per-seed values, their mean and sample std (ddof = 1) and how many there were.
-
-    A ``None`` (or NaN) value is kept in ``per_seed`` but left out of the mean:
-    the seed ran and has no number (never reached the target, no ARI). ``sigma``
-    is ``None`` below two values.
-    """
-    kept = {str(seed): _number(v) for seed, v in per_seed.items()}
-    vals = [v for v in kept.values() if v is not None]
-    return {
-        "per_seed": kept,
-        "mean": float(np.mean(vals)) if vals else None,
-        "sigma": float(np.std(vals, ddof=1)) if len(vals) > 1 else None,
-        "n": len(vals),
-    }
 
 
 def fmt(v: float | None, spec: str = ".1f", scale: float = 1.0) -> str:

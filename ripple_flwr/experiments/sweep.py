@@ -37,7 +37,8 @@ from ripple_flwr.experiments.launch import (
 )
 from ripple_flwr.experiments.runner import build, log, write_json_line
 from ripple_flwr.experiments.stamp import machine_stamp
-from ripple_flwr.experiments.stats import INTERVAL, fmt_stat, seed_stats
+from ripple_flwr.experiments.stats import fmt_stat
+from ripple_flwr.runs.statistics import SPREAD, seed_stats
 
 __all__ = ["build_parser", "grid_points", "main", "parse_grid", "point_name"]
 
@@ -169,7 +170,7 @@ def markdown(args: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
     fixed = ", ".join(f"{k}={v}" for k, v in dict(args.set).items()) or "the app's defaults"
     md = [
         f"Sweep over {', '.join(keys) or 'nothing'} ({fixed}), seeds "
-        f"{', '.join(str(s) for s in args.seeds)}. Cells: {INTERVAL}.",
+        f"{', '.join(str(s) for s in args.seeds)}. Cells: {SPREAD}.",
         "",
         "| "
         + " | ".join([*keys, "final acc. (%)", *(["zero-shot acc. (%)"] * zero_shot)])
@@ -222,7 +223,7 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
             "sweep": args.grid_values,
             "set": dict(args.set),
             "seeds": args.seeds,
-            "interval": INTERVAL,
+            "interval": SPREAD,
             "machine": stamp,
             "rows": rows,
             "failed": {Path(k).name: v for k, v in runner.failed.items()},

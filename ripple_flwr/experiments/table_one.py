@@ -29,7 +29,8 @@ from ripple_flwr.experiments.runner import (
     sweep_block,
     swept_rows,
 )
-from ripple_flwr.experiments.stats import INTERVAL, fmt_stat, seed_curves, table1_cell
+from ripple_flwr.experiments.stats import fmt_stat, seed_curves, table1_cell
+from ripple_flwr.runs.statistics import SPREAD
 
 # Drawn in every panel of the figure, for comparison: Ripple-Strat and its oracle.
 REFERENCES = ("ripple-strat-gmm-vae", "oracle")
@@ -161,7 +162,7 @@ def table1_markdown(
         f"Table 1: {args.dataset}, {args.clients} clients x {args.partition_size} images, "
         f"Dir({args.alpha}) over the {args.label_kind} labels, {args.rounds} rounds, "
         f"seeds {seeds}. "
-        f"Cells: {INTERVAL}. ARI: adjusted Rand index of the clusters against each client's "
+        f"Cells: {SPREAD}. ARI: adjusted Rand index of the clusters against each client's "
         f"dominant {args.label_kind}, over the hard clients (largest share >= 0.9) / all; "
         "p: the largest over the seeds of its permutation p-value (999 seeded shuffles of the "
         "clusters, sizes kept; below 0.01: above chance at every seed), for runs whose summary "

@@ -31,8 +31,9 @@ from ripple_flwr.experiments.runner import (
     sweep_block,
     swept_rows,
 )
-from ripple_flwr.experiments.stats import INTERVAL, fmt_stat, seed_stats
+from ripple_flwr.experiments.stats import fmt_stat
 from ripple_flwr.experiments.table_one import sweep_markdown
+from ripple_flwr.runs.statistics import SPREAD, seed_stats
 
 TABLE2_FLAG_OF = {
     **FLAG_OF,
@@ -200,7 +201,7 @@ def table2_markdown(
     md = [
         f"Table 2: {args.dataset}, {args.clients} training clients, {args.new_clients} new "
         f"clients, {args.rounds} rounds, seeds {seeds}. Zero-shot accuracy (%) of the new "
-        f"clients; cells: {INTERVAL}.",
+        f"clients; cells: {SPREAD}.",
         "",
         "| method | " + " | ".join(f"alpha_train/alpha_test {c}" for c in cols) + " |",
         "|---|" + "---|" * len(cols),

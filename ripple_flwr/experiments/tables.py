@@ -67,9 +67,9 @@ from ripple_flwr.experiments.runner import (
     write_json_line,
 )
 from ripple_flwr.experiments.stamp import machine_stamp
-from ripple_flwr.experiments.stats import INTERVAL
 from ripple_flwr.experiments.table_one import table1
 from ripple_flwr.experiments.table_two import table2
+from ripple_flwr.runs.statistics import SPREAD
 from ripple_flwr.settings import RunSettings
 
 __all__ = ["PRESETS", "SWEEP_K", "TABLE1", "TABLE2", "main"]
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
             "clients": args.clients,
             "label_kind": args.label_kind,
             "num_components": args.num_components,
-            "interval": INTERVAL,
+            "interval": SPREAD,
             "set": args.set,
             "machine": stamp,
             **{k: v for k, v in result.items() if k != "markdown"},

@@ -135,6 +135,18 @@ FESEM_KMEANS_ITERS = Option(
     high=10_000,
 )
 
+# -- Ripple ----------------------------------------------------------------------------------
+RIPPLE_STRAT_ORDER = Option(
+    "strat-order",
+    str,
+    "rotation",
+    "Ripple-Strat with more clusters than clients a round: rotation (each round starts one "
+    "sample further along the clusters' mass order, so every cluster gets a client within "
+    "ceil(K/S) rounds) or mass (the heaviest clusters every round, the earlier rule); the "
+    "same sample when K <= clients-per-round",
+    choices=("rotation", "mass"),
+)
+
 FESEM_SAMPLING = Option(
     "fesem-sampling",
     str,

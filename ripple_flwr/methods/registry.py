@@ -112,6 +112,7 @@ for _spec in (
         routing_weights=True,
         family="ripple",
         build=f"{_S}.ripple:build_ripple",
+        options=(o.RIPPLE_STRAT_ORDER,),
     ),
     MethodSpec(
         "oracle",
@@ -122,6 +123,7 @@ for _spec in (
         needs_truth=True,
         family="ripple",
         build=f"{_S}.ripple:build_oracle",
+        options=(o.RIPPLE_STRAT_ORDER,),
     ),
     MethodSpec(
         "fedavg",

@@ -107,6 +107,13 @@ class DataSettings(_Group):
         1.0, "Dirichlet concentration of the new clients (alpha_test)", low=0, low_open=True
     )
     partition_size: int = option(200, "images per client (train + test)", low=2, high=10_000_000)
+    new_partition_size: int = option(
+        0,
+        "images per new client (train + test; 0 = partition-size): more test images make the "
+        "zero-shot figure's sampling error smaller",
+        low=0,
+        high=10_000_000,
+    )
     partition_size_spread: float = option(
         1.0,
         "quantity skew: training clients' sizes vary about this many times around "

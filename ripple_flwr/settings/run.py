@@ -205,6 +205,8 @@ class RunSettings:
         if data.new_clients:  # absent when 0, so runs without new clients share a cache
             kwargs["new_partitions"] = data.new_clients
             kwargs["alpha_new"] = float(data.alpha_new)
+            if data.new_partition_size:  # absent when 0: earlier caches stay valid
+                kwargs["new_partition_size"] = data.new_partition_size
         return kwargs
 
     def key(self) -> str:

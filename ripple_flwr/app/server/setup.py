@@ -76,7 +76,10 @@ def resolve_checkpoint(
         try:
             ckpt = load_checkpoint(path, expected)
             log.info("GMM-VAE checkpoint from cache %s", path)
-            return ckpt, {"checkpoint": str(path), "source": "cache"}
+            info = {"checkpoint": str(path), "source": "cache"}
+            report = _report_summary(path.with_suffix(".json"))
+            # The pre-training that made the cached file: the same record whichever run made it.
+            return ckpt, {**info, "report": report} if report is not None else info
         except ValueError as err:
             log.warning("cached checkpoint %s unusable (%s); pre-training again", path, err)
     log.info(
@@ -90,8 +93,19 @@ def resolve_checkpoint(
     # bit for bit like the ones after it.
     ckpt = load_checkpoint(path, expected)
     path.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
-    summary = {k: v for k, v in report.items() if k.startswith("routing_l1") or "seconds" in k}
+    summary = _report_summary(path.with_suffix(".json"))
     return ckpt, {"checkpoint": str(path), "source": "pretrained", "report": summary}
+
+
+def _report_summary(path: Path) -> dict[str, Any] | None:
+    """What a results file records of a pre-training report: routing L1s and timings."""
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # a cache filled before reports were kept beside it
+    if not isinstance(report, dict):
+        return None
+    return {k: v for k, v in report.items() if k.startswith("routing_l1") or "seconds" in k}
 
 
 def initial_state(

@@ -25,6 +25,7 @@ from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.server_models import ServerModels
+from ripple_flwr.methods.options import RIPPLE_STRAT_ORDER
 from ripple_flwr.methods.registry import MethodInputs
 from ripple_flwr.router.routers import Router
 from ripple_flwr.runs.results import hard_ari, routing_metrics
@@ -233,9 +234,14 @@ class RippleStrategy(ServerModels):
         active = self.active_rows()
         if not len(active):
             return active
-        return active[
-            stratified_sample(self.weights[active], self.round_size(len(active)), self.rng)
-        ]
+        sample = stratified_sample(
+            self.weights[active],
+            self.round_size(len(active)),
+            self.rng,
+            server_round=server_round,
+            order=RIPPLE_STRAT_ORDER.of(self.settings),
+        )
+        return active[sample]
 
     # -- rounds -------------------------------------------------------------------------------
     def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[ArrayRecord]:
