@@ -18,8 +18,10 @@ one message whether or not the file exists.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ripple_flwr.runs.results import default_results_path
 from ripple_flwr.settings import (
@@ -87,7 +89,7 @@ def confined_results_path(settings: RunSettings) -> Path:
     if path.suffix != ".json":
         raise ConfigError(f"results-path must name a .json file, got {path.name!r}")
     raw_path = Path(raw).expanduser().absolute()
-    files = [raw_path, *(raw_path.with_suffix(s) for s in SIDE_FILES)]
+    files = [raw_path, *(raw_path.with_suffix(s) for s in (*SIDE_FILES, ".status"))]
     links = [f for f in files if f.is_symlink()]
     if links:
         raise ConfigError(
@@ -109,6 +111,44 @@ def confined_results_path(settings: RunSettings) -> Path:
             ".resume.npz beside it)"
         )
     return path
+
+
+# The keys confined_results_path reads (method and seed name the default file), less
+# overwrite-results: a run that never started must not replace a finished run's status.
+RESULTS_KEYS = ("results-path", "resume", "checkpoint-every", "method", "seed")
+_PLAIN_WORD = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+
+
+def failed_run_results_path(run_config: Mapping[str, Any]) -> Path | None:
+    """Where a run whose settings did not pass writes its ``<results>.status``, or ``None``.
+
+    The results path the run config names, found as :func:`confined_results_path` finds
+    a parsed run's: each key it reads (:data:`RESULTS_KEYS`) is taken from the raw run
+    config when that key parses on its own, else left at its default; a ``method`` names
+    the default file only when it is a plain word. ``overwrite-results`` is never taken:
+    a path whose results (or side files) exist belongs to another run. If that path is
+    refused (it is the bad key, lies outside the output folder, is another run's, ...),
+    the default results path (a fresh name in the output folder); ``None`` when even that
+    is refused (the output folder itself is). Never a path outside the output folder.
+    """
+    values: dict[str, Any] = {}
+    for key in RESULTS_KEYS:
+        if key not in run_config:
+            continue
+        try:
+            RunSettings.from_run_config({key: run_config[key]})
+        except (ValueError, TypeError):  # ConfigError is a ValueError
+            continue
+        values[key] = run_config[key]
+    if not (isinstance(values.get("method"), str) and _PLAIN_WORD.fullmatch(values["method"])):
+        values.pop("method", None)
+    fallback = {k: v for k, v in values.items() if k in ("method", "seed")}
+    for attempt in (values, fallback):
+        try:
+            return confined_results_path(RunSettings.from_run_config(attempt))
+        except (ValueError, TypeError, OSError, RuntimeError):  # RuntimeError: a link loop
+            continue
+    return None
 
 
 def confined_path(option: str, raw: str, roots: Sequence[Path], fix: str) -> Path:

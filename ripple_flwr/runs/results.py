@@ -216,6 +216,7 @@ def write_status(results_path: str | Path, status: str, **info: Any) -> Path | N
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
+        tmp.unlink(missing_ok=True)  # a leftover (or a link placed there) is never written through
         tmp.write_text(json.dumps(payload, indent=2))
         tmp.replace(path)
     except OSError as err:

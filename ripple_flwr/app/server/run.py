@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from flwr.serverapp import Grid
 
+from ripple_flwr import data as data_package
 from ripple_flwr.app.protocol.records import mechanism_records, state_to_record
 from ripple_flwr.app.run_config import (
     check_image_shape,
@@ -37,17 +38,27 @@ from ripple_flwr.app.server.setup import (
 from ripple_flwr.app.server.strategies.core.evaluation.zero_shot import onboard_new_clients
 from ripple_flwr.app.server.strategies.core.roster.admission import wait_for_settled_nodes
 from ripple_flwr.app.server.strategies.core.roster.claims import load_partition_map
+from ripple_flwr.app.server.strategies.core.roster.node_wait import NotEnoughClientsError
+from ripple_flwr.data.images import ImageFormatError
+from ripple_flwr.data.local import LocalDataError
 from ripple_flwr.methods.registry import get_method
 from ripple_flwr.router.run_embedding import run_embedder
 from ripple_flwr.runs.outputs import (
     confined_checkpoint,
     confined_results_path,
+    failed_run_results_path,
     resume_source,
 )
 from ripple_flwr.runs.results import write_results, write_status
 from ripple_flwr.settings import ConfigError, RunSettings
 
 log = logging.getLogger("flwr.ripple")
+
+# Stages of a run (in <results>.status) that expected_failure tells apart.
+CONFIG_STAGE = "checking the run config"
+DATA_STAGE = "loading the data"
+_DATA_PACKAGE = Path(data_package.__file__).resolve().parent
+_REPORTED = "_ripple_reported_line"  # set on an expected failure once it is logged
 
 
 def avoid_hugepage_stalls() -> None:
@@ -143,11 +154,20 @@ class PreparedRun:
     pretrain_seconds: float
 
 
-def prepare_run(settings: RunSettings, bound: dict[int, int] | None) -> PreparedRun:
-    """The run's data, its router (loaded or pre-trained), the strategy and its roster."""
+def prepare_run(
+    settings: RunSettings, bound: dict[int, int] | None, stage: dict[str, str] | None = None
+) -> PreparedRun:
+    """The run's data, its router (loaded or pre-trained), the strategy and its roster.
+
+    ``stage["stage"]`` (when given) says ``loading the data`` while the data loads.
+    """
+    stage = {"stage": "preparing"} if stage is None else stage
     pretrained = pretrained_report(settings)
     t0 = time.perf_counter()
+    before = stage.get("stage", "preparing")
+    stage["stage"] = DATA_STAGE
     data = resolve_run_data(settings)
+    stage["stage"] = before
     check_image_shape(settings, data.image_shape)
     data_seconds = time.perf_counter() - t0
 
@@ -200,37 +220,161 @@ def resume_strategy(
 def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
     """The whole ServerApp: validate, route, federate, evaluate, write results.
 
-    From the moment its results path is known the run keeps ``<results>.status`` up
-    to date (``running``, then ``failed`` with the error, or ``completed``).
+    The run keeps ``<results>.status`` up to date (``running``, then ``failed`` with the
+    stage and the error, or ``completed``). A run config that does not pass still leaves
+    a ``failed`` status: at the results path it names when that path is safe, else at a
+    default results path (:func:`failed_run_results_path`). An expected failure (a bad
+    run config, missing or unreadable data: :func:`expected_failure`) is logged in one
+    line; every failure is re-raised (``server_app.py`` raises the expected ones as
+    :class:`RunFailed`, which Flower logs without a traceback).
     """
     t_start = time.perf_counter()
     avoid_hugepage_stalls()
-    settings = parse_run_config(run_config)
-    log.info("Ripple run: %s", json.dumps(settings.to_dict()))
-    results_path = confined_results_path(settings)  # before any work
-    confined_checkpoint(settings)  # (cache-dir: parse_run_config, on clients too)
-    from ripple_flwr.runs.tracking import tracker_folder
+    stage = {"stage": CONFIG_STAGE}
+    results_path: Path | None = None
+    try:
+        settings = parse_run_config(run_config)
+        log.info("Ripple run: %s", json.dumps(settings.to_dict()))
+        results_path = confined_results_path(settings)  # before any work
+        confined_checkpoint(settings)  # (cache-dir: parse_run_config, on clients too)
+        from ripple_flwr.runs.tracking import tracker_folder
 
-    tracker_folder(settings)  # the tracker installed, tracker-dir confined: before any work
-    resume_file = resume_source(settings, results_path)  # confined, before any work
-    folders = log_folders(settings)
-    stage = {"stage": "starting"}
+        tracker_folder(settings)  # the tracker installed, tracker-dir confined: before any work
+        resume_file = resume_source(settings, results_path)  # confined, before any work
+        folders = log_folders(settings)
+    except BaseException as err:
+        if results_path is None:
+            results_path = _failed_run_path(run_config)
+        _report_failure(err, stage["stage"], results_path)
+        raise
+    stage["stage"] = "starting"
     write_status(results_path, "running", **stage, folders=folders)
     try:
         path = _run_server(grid, settings, results_path, resume_file, folders, stage, t_start)
     except BaseException as err:
-        own = results_path.with_suffix(".resume.npz")
-        write_status(
-            results_path,
-            "failed",
-            **stage,
-            error=f"{type(err).__name__}: {' '.join(str(err).split())}",
-            resume_file=str(own) if own.is_file() else None,
-            folders=folders,
-        )
+        _report_failure(err, stage["stage"], results_path, folders)
         raise
     write_status(results_path, "completed", stage="done", folders=folders)
     return path
+
+
+# -- failures ------------------------------------------------------------------------------
+class RunFailed(Exception):  # noqa: N818 - what the user reads: "RunFailed: <the reason>"
+    """An expected failure that :func:`run_server` has logged and written to the status.
+
+    ``server_app.py`` raises it in place of the original error (its message is that
+    error's one line) so that Flower marks the run ``finished:failed``;
+    :func:`quiet_reported_failures` keeps Flower from printing its traceback.
+    """
+
+
+def one_line(err: BaseException) -> str:
+    """``Type: message`` on one line: what ``<results>.status`` and the log say."""
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"
+
+
+def _raised_in_data_layer(err: BaseException) -> bool:
+    """Whether ``err`` was raised by the package's data layer itself (its innermost frame)."""
+    tb = err.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    try:
+        return Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(_DATA_PACKAGE)
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
+def expected_failure(err: BaseException, stage: str) -> bool:
+    """Whether ``err`` is one a user fixes from its message alone (no traceback needed).
+
+    A :class:`ConfigError` at any stage (a run config, path or file the server refuses,
+    each with the fix in its message); while the run's data loads, the data layer's own
+    errors: a missing or unreadable dataset (:class:`FileNotFoundError` and the other
+    ``OSError``, ``ValueError`` and ``RuntimeError`` the data layer raises with the fix,
+    :class:`LocalDataError`, :class:`ImageFormatError`); while waiting for the nodes, too
+    few of them (:class:`NotEnoughClientsError`). Anything else is unexpected and keeps
+    its traceback.
+    """
+    if isinstance(err, ConfigError):
+        return True
+    if stage == "waiting for nodes":
+        return isinstance(err, NotEnoughClientsError)
+    if stage == DATA_STAGE:
+        if isinstance(err, LocalDataError | ImageFormatError):
+            return True
+        return isinstance(err, OSError | ValueError | RuntimeError) and _raised_in_data_layer(err)
+    return False
+
+
+def reported_failure(err: BaseException) -> str | None:
+    """The one line :func:`run_server` logged for ``err`` (an expected failure), else ``None``."""
+    line = getattr(err, _REPORTED, None)
+    return line if isinstance(line, str) else None
+
+
+def _failed_run_path(run_config: dict[str, Any]) -> Path | None:
+    """The results path of a run that did not pass its checks (``None``: no status written)."""
+    try:
+        return failed_run_results_path(run_config)
+    except Exception as err:  # noqa: BLE001 - finding a place for the status must not mask
+        log.debug("no results path for the failed run's status: %s", err)
+        return None
+
+
+def _report_failure(
+    err: BaseException,
+    stage: str,
+    results_path: Path | None,
+    folders: dict[str, Any] | None = None,
+) -> None:
+    """Write the ``failed`` status; log an expected failure in one line (no traceback)."""
+    line = one_line(err)
+    status = None
+    if results_path is not None:
+        own = results_path.with_suffix(".resume.npz")
+        status = write_status(
+            results_path,
+            "failed",
+            stage=stage,
+            error=line,
+            resume_file=str(own) if own.is_file() else None,
+            folders=folders,
+        )
+    if not expected_failure(err, stage):
+        return  # Flower logs the traceback of the exception the run raises
+    where = f"ripple-status {status}" if status is not None else "no status file written"
+    log.error("Ripple run failed (%s): %s [%s]", stage, line, where)
+    try:
+        setattr(err, _REPORTED, line)
+    except AttributeError:  # pragma: no cover - an exception type without a __dict__
+        pass
+
+
+class _ReportedFailureFilter(logging.Filter):
+    """Drops the traceback from Flower's log of a :class:`RunFailed` (its line is logged)."""
+
+    name_tag = "ripple-reported-failure"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, RunFailed):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_reported_failures(logger: logging.Logger | None = None) -> None:
+    """Keep Flower's logger (``flwr``) from printing a traceback for a :class:`RunFailed`.
+
+    Flower logs a ServerApp's exception with its traceback ("ServerApp raised an
+    exception" in a deployment, "Simulation raised an exception" in a simulation); for an
+    expected failure :func:`run_server` has already said why, in one line. Idempotent.
+    """
+    logger = logger or logging.getLogger("flwr")
+    tag = _ReportedFailureFilter.name_tag
+    if not any(getattr(f, "name_tag", None) == tag for f in logger.filters):
+        logger.addFilter(_ReportedFailureFilter())
 
 
 def _run_server(
@@ -280,7 +424,7 @@ def _run_rounds(
     bound = load_partition_map(settings.data.total_partitions)  # a bad file: one line, before work
     saved_state = None if resume_file is None else load_resume_state(settings, resume_file)
 
-    prepared = prepare_run(settings, bound)
+    prepared = prepare_run(settings, bound, stage)
     strategy, state = prepared.strategy, prepared.state
     if resume_file is not None:
         log.info("resume=%r: continuing from %s", settings.outputs.resume, resume_file)
@@ -342,13 +486,20 @@ def _results(
 
 __all__ = [  # setting up and resuming live beside this module; these names stay importable here
     "AUTO_FIX",
+    "CONFIG_STAGE",
+    "DATA_STAGE",
     "RESUME_MAY_CHANGE",
+    "RunFailed",
     "build_strategy",
     "checkpoint_cache_path",
+    "expected_failure",
     "initial_state",
     "load_resume_state",
+    "one_line",
     "prepare_run",
     "pretrained_report",
+    "quiet_reported_failures",
+    "reported_failure",
     "resolve_checkpoint",
     "resume_strategy",
     "run_server",
