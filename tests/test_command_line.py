@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from test_tables import SMALL, FakeTrainer, never_train
 
-from ripple_flwr.experiments import hmap, sweep, tables
+from paper import hmap, tables
+from ripple_flwr.experiments import sweep
 
 
 @pytest.fixture(autouse=True)
@@ -87,7 +88,7 @@ def test_a_corrupt_checkpoint_is_refused_before_any_run(tmp_path, capsys):
 def test_the_refusal_starts_no_ray(tmp_path):
     code = (
         "import sys\n"
-        "from ripple_flwr.experiments import tables\n"
+        "from paper import tables\n"
         f"rc = tables.main(['table1', '--methods', 'fedavg', '--set', 'nosuch=1', '--out', "
         f"{str(tmp_path)!r}])\n"
         "print(json.dumps({'rc': rc, 'ray': 'ray' in sys.modules}))\n"
