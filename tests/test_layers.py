@@ -149,8 +149,7 @@ def test_the_package_never_imports_the_paper_folder():
     (``experiments.paper_entry``) load it by name from the checkout in the current directory.
     """
     found = {
-        m: sorted(n for n in imported(m) if n == "paper" or n.startswith("paper."))
-        for m in MODULES
+        m: sorted(n for n in imported(m) if n == "paper" or n.startswith("paper.")) for m in MODULES
     }
     found = {m: names for m, names in found.items() if names}
     assert not found, f"the package imports paper/, which the wheel does not hold: {found}"
