@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 from runs import run_or_reuse, write_json_line  # noqa: E402
 
-from ripple_flwr.experiments.variants import ORACLE_OF, VARIANTS  # noqa: E402
+from paper.variants import ORACLE_OF, VARIANTS  # noqa: E402
 from ripple_flwr.runs.outputs import CHECKPOINT_DIR_ENV, OUTPUT_DIR_ENV  # noqa: E402
 from ripple_flwr.runs.results import tail_mean  # noqa: E402
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from test_tables import SMALL, FakeTrainer, never_train
 
-from ripple_flwr.experiments import hmap, sweep, tables
+from paper import hmap, tables
+from ripple_flwr.experiments import sweep
 
 
 @pytest.fixture(autouse=True)
@@ -87,7 +88,7 @@ def test_a_corrupt_checkpoint_is_refused_before_any_run(tmp_path, capsys):
 def test_the_refusal_starts_no_ray(tmp_path):
     code = (
         "import sys\n"
-        "from ripple_flwr.experiments import tables\n"
+        "from paper import tables\n"
         f"rc = tables.main(['table1', '--methods', 'fedavg', '--set', 'nosuch=1', '--out', "
         f"{str(tmp_path)!r}])\n"
         "print(json.dumps({'rc': rc, 'ray': 'ray' in sys.modules}))\n"
@@ -145,3 +146,23 @@ def test_a_sweep_refuses_a_set_key_it_also_sweeps_or_its_seed(tmp_path):
         with pytest.raises(SystemExit) as stop:
             sweep.main([*base, *extra], train=never_train)
         assert needle in str(stop.value)
+
+
+@pytest.mark.parametrize("command", ["tables", "hmap"])
+def test_the_paper_commands_outside_a_checkout_say_where_they_run(command, tmp_path, monkeypatch):
+    """ripple-tables / ripple-map: paper/ is not installed; elsewhere one line and exit 2."""
+    from ripple_flwr.experiments import paper_entry
+
+    monkeypatch.chdir(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", f"from {paper_entry.__name__} import {command}; exit({command}())"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    name = {"tables": "ripple-tables", "hmap": "ripple-map"}[command]
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"{name} runs from a source checkout of ripple-flwr (cd into it); "
+        "the installed package holds the sweep engine (ripple-sweep)"
+    ]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_tables import FakeTrainer
 
-from ripple_flwr.experiments import hmap
+from paper import hmap
 
 
 @pytest.fixture(autouse=True)

@@ -142,6 +142,19 @@ def test_the_app_sides_meet_only_in_the_protocol(side):
     assert not crossing, f"{side} imports what it must not: {crossing}"
 
 
+def test_the_package_never_imports_the_paper_folder():
+    """``paper/`` (tables, map, page generators) is not installed: no package module imports it.
+
+    ``paper/`` may import any layer; ``ripple-tables`` and ``ripple-map``
+    (``experiments.paper_entry``) load it by name from the checkout in the current directory.
+    """
+    found = {
+        m: sorted(n for n in imported(m) if n == "paper" or n.startswith("paper.")) for m in MODULES
+    }
+    found = {m: names for m, names in found.items() if names}
+    assert not found, f"the package imports paper/, which the wheel does not hold: {found}"
+
+
 # Inside the strategies: core's concern subpackages sit under the bases a method builds on,
 # and nothing in core imports a method's own module.
 CORE = "ripple_flwr.app.server.strategies.core"

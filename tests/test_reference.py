@@ -1,12 +1,12 @@
 """The committed method table and configuration reference are what the code declares."""
 
-from ripple_flwr.cli import reference
+from paper import reference
 from ripple_flwr.methods.registry import METHODS, all_options
 from ripple_flwr.settings import RunSettings
 
 
 def test_committed_pages_equal_what_the_registry_generates():
-    assert reference.stale_pages() == [], "run: python -m ripple_flwr.cli.reference"
+    assert reference.stale_pages() == [], "run: python -m paper.reference"
 
 
 def test_every_method_and_every_key_has_its_row():
@@ -55,7 +55,7 @@ def test_an_edited_number_in_a_results_block_is_found(tmp_path):
 
 def test_generated_cells_equal_the_committed_table_markdown():
     """The generator formats every Table 1/2 cell as the tables' own Markdown does."""
-    from ripple_flwr.cli import evidence as ev
+    from paper import evidence as ev
 
     for name in ("table1_fashion_300rounds_3seeds", "table1_rotated_fashion_100rounds_seed42"):
         md = (ev.RESULTS / f"{name}.md").read_text()
@@ -70,8 +70,8 @@ def test_generated_cells_equal_the_committed_table_markdown():
 
 
 def test_recovered_cells_are_marked_and_oracles_not_ranked():
-    from ripple_flwr.cli import evidence as ev
-    from ripple_flwr.cli import evidence_table1
+    from paper import evidence as ev
+    from paper import evidence_table1
 
     rec = ev.recovered("table1-fashion-mnist", 300)
     assert sum(map(len, rec.values())) == 14
@@ -88,7 +88,7 @@ def test_a_changed_benchmark_number_changes_its_page(tmp_path, monkeypatch):
     import json
     import shutil
 
-    from ripple_flwr.cli import evidence as ev
+    from paper import evidence as ev
 
     shutil.copytree(ev.RESULTS, tmp_path / "results")
     peer = tmp_path / "results" / "peer_pfllib.json"
@@ -110,7 +110,7 @@ def test_history_blocks_read_only_committed_files_and_follow_them(tmp_path, monk
 
     import pytest
 
-    from ripple_flwr.cli import evidence as ev
+    from paper import evidence as ev
 
     listed = subprocess.run(
         ["git", "ls-files", "docs/results"], cwd=reference.ROOT, capture_output=True, text=True
@@ -145,7 +145,7 @@ def test_history_blocks_read_only_committed_files_and_follow_them(tmp_path, monk
 
 
 def test_the_map_advice_names_the_leader_and_says_when_the_seeds_do_not_agree():
-    from ripple_flwr.cli.evidence_map import _verdict
+    from paper.evidence_map import _verdict
 
     def stat(mean, sigma=None):
         return {"final_accuracy": {"mean": mean, "sigma": sigma, "n": 3}}
@@ -167,7 +167,7 @@ def test_the_map_advice_names_the_leader_and_says_when_the_seeds_do_not_agree():
 
 
 def test_the_300_round_check_flags_a_margin_whose_sign_changes():
-    from ripple_flwr.cli.evidence_map300 import _cell_verdict
+    from paper.evidence_map300 import _cell_verdict
 
     def row(train, zero_shot):
         return {

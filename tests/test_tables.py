@@ -87,7 +87,7 @@ def never_train(cfg: dict) -> dict:
 
 
 def build(argv: list[str], capsys, train) -> dict:
-    from ripple_flwr.experiments import tables
+    from paper import tables
 
     assert tables.main(argv, train=train) == 0
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -139,7 +139,7 @@ def test_the_best_k_has_the_highest_mean_final_accuracy():
 
 # -- Table 1 ----------------------------------------------------------------------------------
 def test_table1_keeps_every_seed_and_runs_the_swept_methods_at_their_best_k(tmp_path, capsys):
-    from ripple_flwr.experiments import tables
+    from paper import tables
 
     trainer, out = FakeTrainer(), tmp_path / "t1"
     argv = ["table1", *SMALL, "--methods", *TABLE1_ROWS, "--sweep-k", "--out", str(out)]
@@ -288,7 +288,7 @@ def test_table2_trains_afresh_when_the_first_alpha_tests_state_is_only_a_kept_su
 
 
 def test_rotated_preset_labels_by_domain_with_four_components(tmp_path, capsys):
-    from ripple_flwr.experiments import tables
+    from paper import tables
 
     args = vars(tables.parse(["table1", "--dataset", "rotated-fashion-mnist"]))
     want = {"label_kind": "domain", "num_components": 4, "clients": 100, "model": "cnn"}
@@ -356,7 +356,7 @@ def _curve(level: float, seeds: int = 3) -> dict:
 
 
 def test_small_multiples_draw_each_method_in_its_familys_panel():
-    from ripple_flwr.experiments.plots import family_figure
+    from paper.plots import family_figure
 
     families = {
         "ripple-strat-gmm-vae": "ripple",
@@ -392,7 +392,7 @@ def test_small_multiples_draw_each_method_in_its_familys_panel():
 def test_table2_bars_group_by_column_with_two_sigma_error_bars():
     from matplotlib.container import BarContainer
 
-    from ripple_flwr.experiments.plots import bars_figure
+    from paper.plots import bars_figure
     from ripple_flwr.runs.statistics import seed_stats
 
     cols = ["0.01/1", "0.1/1"]
@@ -416,7 +416,7 @@ def test_table2_bars_group_by_column_with_two_sigma_error_bars():
 
 
 def test_the_machine_stamp_names_the_commit_or_unknown(tmp_path):
-    from ripple_flwr.experiments.plots import ROOT, machine_stamp
+    from paper.plots import ROOT, machine_stamp
 
     head = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
@@ -427,7 +427,7 @@ def test_the_machine_stamp_names_the_commit_or_unknown(tmp_path):
 
 
 def test_every_registered_method_has_a_family_and_a_table1_row():
-    from ripple_flwr.experiments.runner import TABLE1, swept_rows
+    from paper.rows import TABLE1, swept_rows
 
     for name, spec in METHODS.items():
         assert spec.family in get_args(Family), name

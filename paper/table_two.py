@@ -15,24 +15,22 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ripple_flwr.experiments.compose import compose, defined_by
-from ripple_flwr.experiments.plots import bars_figure, save
-from ripple_flwr.experiments.runner import (
+from paper.plots import bars_figure, save
+from paper.rows import (
     FLAG_OF,
     TABLE2,
-    Results,
-    Runner,
     base_config,
     flags,
     k_sweep,
-    log,
     row_keys,
     run_name,
     sweep_block,
     swept_rows,
 )
+from paper.table_one import sweep_markdown
+from ripple_flwr.experiments.compose import compose, defined_by
+from ripple_flwr.experiments.runner import Results, Runner, log
 from ripple_flwr.experiments.stats import fmt_stat
-from ripple_flwr.experiments.table_one import sweep_markdown
 from ripple_flwr.runs.statistics import SPREAD, seed_stats
 
 TABLE2_FLAG_OF = {

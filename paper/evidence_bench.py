@@ -1,12 +1,12 @@
 """docs/benchmarks.md's generated blocks: one machine's speed, from the committed results.
 
 Every number here is read from a file under ``docs/results/`` (see
-:mod:`ripple_flwr.cli.evidence`); a comparison (faster, within a target) is computed from
+:mod:`paper.evidence`); a comparison (faster, within a target) is computed from
 those numbers. The commits in ``RECORDED`` are those the page names for files that do
 not record their own (``git log -- docs/results/<file>`` gives the commit that added each).
 The rounds' costs (bytes, IFCA, the simulation's overhead, threads, PFLlib) are
-:mod:`ripple_flwr.cli.evidence_bench_rounds`; own data, the ten-thousand-client runs, the
-long runs and docs/baselines.md are :mod:`ripple_flwr.cli.evidence_bench_runs`.
+:mod:`paper.evidence_bench_rounds`; own data, the ten-thousand-client runs, the
+long runs and docs/baselines.md are :mod:`paper.evidence_bench_runs`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ripple_flwr.cli import evidence as ev
+from paper import evidence as ev
 
 # The commit each file's figures were measured at, as the page names it (the file has none).
 RECORDED = {

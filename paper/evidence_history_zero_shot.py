@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ripple_flwr.cli import evidence as ev
-from ripple_flwr.cli.evidence_history import pdiff, span, value_range
-from ripple_flwr.cli.evidence_map import MAP
+from paper import evidence as ev
+from paper.evidence_history import pdiff, span, value_range
+from paper.evidence_map import MAP
 
 TABLE2_SEED0 = "table2_fashion_100rounds_seed0.json"
 ZERO_SHOT = "zero_shot.json"

@@ -51,6 +51,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from paper.rows import SWEEP_K, TABLE1, TABLE2
+from paper.table_one import table1
+from paper.table_two import table2
 from ripple_flwr.experiments.compose import PlanError
 from ripple_flwr.experiments.launch import (
     add_execution_flags,
@@ -58,17 +61,8 @@ from ripple_flwr.experiments.launch import (
     make_runner,
     prepare_server_env,
 )
-from ripple_flwr.experiments.runner import (
-    SWEEP_K,
-    TABLE1,
-    TABLE2,
-    build,
-    log,
-    write_json_line,
-)
+from ripple_flwr.experiments.runner import build, log, write_json_line
 from ripple_flwr.experiments.stamp import machine_stamp
-from ripple_flwr.experiments.table_one import table1
-from ripple_flwr.experiments.table_two import table2
 from ripple_flwr.runs.statistics import SPREAD
 from ripple_flwr.settings import RunSettings
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ripple_flwr.cli import evidence as ev
-from ripple_flwr.cli.evidence_history import SEED0, pdiff, value_range
-from ripple_flwr.cli.evidence_history_baselines import chance, kept, tests
-from ripple_flwr.cli.evidence_table1 import TABLE1, TABLE1_RUNS
+from paper import evidence as ev
+from paper.evidence_history import SEED0, pdiff, value_range
+from paper.evidence_history_baselines import chance, kept, tests
+from paper.evidence_table1 import TABLE1, TABLE1_RUNS
 
 CFL_RERUN = "table1_cfl_rerun_3seeds.json"
 

@@ -12,23 +12,22 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ripple_flwr.experiments.compose import compose
-from ripple_flwr.experiments.plots import family_figure, save
-from ripple_flwr.experiments.runner import (
+from paper.plots import family_figure, save
+from paper.rows import (
     SWEEP_CRITERION,
     SWEEP_K,
     TABLE1,
-    Runner,
     base_config,
     flags,
     k_sweep,
-    log,
     row_keys,
     run_name,
     spec_of,
     sweep_block,
     swept_rows,
 )
+from ripple_flwr.experiments.compose import compose
+from ripple_flwr.experiments.runner import Runner, log
 from ripple_flwr.experiments.stats import fmt_stat, seed_curves, table1_cell
 from ripple_flwr.runs.statistics import SPREAD
 

@@ -7,7 +7,7 @@ command would give that run, so ``ripple-tables ... --reuse --keep DIR`` carries
 on from them. Each summary names the table file it came from; a summary
 already in the folder is never replaced.
 
-    python -m ripple_flwr.experiments.recover docs/results/table1_fashion_300rounds_3seeds.json \\
+    python -m paper.recover docs/results/table1_fashion_300rounds_3seeds.json \\
         --keep docs/results/runs/table1-fashion-mnist -- table1 --rounds 300 --sweep-k
 """
 
@@ -19,10 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ripple_flwr.experiments.runner import run_name, summary_text
+from paper.rows import run_name
+from paper.table_one import table1_config
+from paper.tables import parse
+from ripple_flwr.experiments.runner import summary_text
 from ripple_flwr.experiments.stats import SUMMARY
-from ripple_flwr.experiments.table_one import table1_config
-from ripple_flwr.experiments.tables import parse
 
 __all__ = ["recovered_summaries", "main"]
 

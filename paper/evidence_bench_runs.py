@@ -1,16 +1,16 @@
 """Whole runs: docs/benchmarks.md's own-data, ten-thousand-client and long-run blocks, and
 docs/baselines.md's measured numbers, from the committed results (never typed by hand).
 
-Reads ``docs/results/`` only, through :func:`ripple_flwr.cli.evidence_bench.records`.
+Reads ``docs/results/`` only, through :func:`paper.evidence_bench.records`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ripple_flwr.cli import evidence as ev
-from ripple_flwr.cli.evidence_bench import at, link, one, records
-from ripple_flwr.cli.evidence_table1 import FESEM_K10, TABLE1
+from paper import evidence as ev
+from paper.evidence_bench import at, link, one, records
+from paper.evidence_table1 import FESEM_K10, TABLE1
 
 SCALE = (
     ("scale.json", "with Ripple's `eval_payloads_of` in `ripple.py`, quiet, AMD EPYC"),

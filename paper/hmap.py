@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from paper.rows import flags
 from ripple_flwr.experiments.compose import PlanError, compose, defined_by
 from ripple_flwr.experiments.launch import (
     add_execution_flags,
@@ -37,7 +38,7 @@ from ripple_flwr.experiments.launch import (
     make_runner,
     prepare_server_env,
 )
-from ripple_flwr.experiments.runner import Runner, build, flags, log, write_json_line
+from ripple_flwr.experiments.runner import Runner, build, log, write_json_line
 from ripple_flwr.experiments.stamp import machine_stamp
 from ripple_flwr.experiments.stats import fmt_stat
 from ripple_flwr.runs.statistics import PAIRED, SPREAD, fmt_paired, paired, seed_stats
@@ -200,7 +201,7 @@ def map_table(
             "router": {m: router_comparison(rows, m) for m in METRICS},
         }
     if stamp is not None and args.plot:
-        from ripple_flwr.experiments.plots import margin_figure, save
+        from paper.plots import margin_figure, save
 
         title = f"Ripple's margin, {args.rounds} rounds, federation seeds {args.seeds}"
         save(margin_figure(cells, METRICS, title, stamp), args.plot)

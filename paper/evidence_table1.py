@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ripple_flwr.cli import evidence as ev
+from paper import evidence as ev
 
 TABLE1 = "table1_fashion_300rounds_3seeds.json"
 TABLE1_RUNS = "table1-fashion-mnist"
@@ -272,3 +272,14 @@ def rotated() -> str:
         "of a point or two are not resolved. " + router("table1-rotated-fashion-mnist"),
     ]
     return "\n".join(lines)
+
+
+BLOCKS = {
+    "README.md": {"table1-headline": headline},
+    "docs/results.md": {
+        "table1-full": full_table,
+        "table1-sweep": sweep,
+        "fesem-k10": fesem_k10,
+        "table1-rotated": rotated,
+    },
+}

@@ -2,8 +2,8 @@
 
 Everything here reads ``docs/results/`` (the tables' JSON lines, the kept run summaries
 under ``docs/results/runs/``) and nothing else: no run is made and no script under
-``benchmarks/`` is imported. :mod:`ripple_flwr.cli.evidence_blocks` turns these numbers
-into the tables and sentences that :mod:`ripple_flwr.cli.reference` writes into the pages.
+``benchmarks/`` is imported. The ``paper.evidence_*`` modules turn these numbers
+into the tables and sentences that :mod:`paper.reference` writes into the pages.
 
 A cell is printed as the tables print it: mean ± 2 sigma over the seeds (sigma the sample
 standard deviation), in percent with one decimal; one seed prints its value alone.
@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 
 PAPER = (
@@ -191,7 +191,7 @@ def interval(seeds: list[int]) -> str:
 def recovered(folder: str, rounds: int) -> dict[str, list[str]]:
     """Per row, the seeds whose kept summary was rebuilt from the table's own JSON.
 
-    ``python -m ripple_flwr.experiments.recover`` wrote those summaries after the runs'
+    ``python -m paper.recover`` wrote those summaries after the runs'
     results files were lost (``recovered_from`` names the table); their cells cannot be
     traced to a run.
     """

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ripple_flwr.cli import evidence as ev
-from ripple_flwr.cli.evidence_map import MAP
+from paper import evidence as ev
+from paper.evidence_map import MAP
 from ripple_flwr.runs.statistics import PAIRED, paired, seed_stats
 
 MAP300 = "heterogeneity_map_300.json"

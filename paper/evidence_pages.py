@@ -1,15 +1,15 @@
 """Table 2, the figures' provenance, Ripple-HDB's numbers and the default run, for the pages.
 
-Read from the committed ``docs/results/`` only (see :mod:`ripple_flwr.cli.evidence`).
+Read from the committed ``docs/results/`` only (see :mod:`paper.evidence`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ripple_flwr.cli import evidence as ev
-from ripple_flwr.cli.evidence_map import MAP
-from ripple_flwr.cli.evidence_table1 import MARKS, ROTATED1, TABLE1
+from paper import evidence as ev
+from paper.evidence_map import MAP
+from paper.evidence_table1 import MARKS, ROTATED1, TABLE1
 
 TABLE2 = "table2_fashion_100rounds_3seeds.json"
 ROTATED2 = "table2_rotated_fashion_100rounds_seed42.json"
@@ -325,3 +325,16 @@ def _map_scope(d: dict) -> str:
         f"adds the cells {cells} at {ev.seeds_text(d['seeds'])} "
         f"({state})."
     )
+
+
+BLOCKS = {
+    "README.md": {"default-run": default_run},
+    "docs/results.md": {
+        "table2": table2,
+        "table2-rotated": table2_rotated,
+        "which-method-when": which_when,
+        "figures": figures,
+    },
+    "docs/ripple-hdb.md": {"hdb": hdb},
+    "docs/which-method.md": {"which-method-when": which_when},
+}

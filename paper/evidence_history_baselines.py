@@ -11,9 +11,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ripple_flwr.cli import evidence as ev
-from ripple_flwr.cli.evidence_history import SEED0, stat, value_range
-from ripple_flwr.cli.evidence_table1 import TABLE1, TABLE1_RUNS
+from paper import evidence as ev
+from paper.evidence_history import SEED0, stat, value_range
+from paper.evidence_table1 import TABLE1, TABLE1_RUNS
 
 B0 = "baselines_seed0/"
 # Each before/after row: the method, its record, and the setting it ran with (declared: the

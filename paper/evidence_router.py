@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ripple_flwr.cli import evidence as ev
-from ripple_flwr.cli.evidence_table1 import TABLE1, router_budget
+from paper import evidence as ev
+from paper.evidence_table1 import TABLE1, router_budget
 
 PAPER_ROWS = "table1_paper_router_3seeds.json"
 PAPER_REPORT = "pretrain_paper_router_fashion.json"

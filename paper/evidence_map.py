@@ -6,8 +6,8 @@ Both read the committed results only: ``heterogeneity_map.json`` (written by
 
 from __future__ import annotations
 
-from ripple_flwr.cli import evidence as ev
-from ripple_flwr.cli.evidence_table1 import TABLE1
+from paper import evidence as ev
+from paper.evidence_table1 import TABLE1
 
 MAP = "heterogeneity_map.json"
 
@@ -218,3 +218,13 @@ def ranking_at_300() -> str:
             f"{o300.index(n) + 1} |"
         )
     return "\n".join([*lines, "", _ranking_verdict(d, t, at100, at300)])
+
+
+BLOCKS = {
+    "docs/which-method.md": {
+        "heterogeneity-map": heterogeneity_map,
+        "map-advice": map_advice,
+        "map-ranking-300": ranking_at_300,
+        "method-costs": costs,
+    },
+}

@@ -1,15 +1,15 @@
 """docs/benchmarks.md's blocks on what a round costs: bytes, IFCA's choice, the simulation's
 overhead, threads per client and the PFLlib comparison, from the committed results.
 
-The shared readers (which file, at which commit) are :mod:`ripple_flwr.cli.evidence_bench`.
+The shared readers (which file, at which commit) are :mod:`paper.evidence_bench`.
 """
 
 from __future__ import annotations
 
 from statistics import median
 
-from ripple_flwr.cli import evidence as ev
-from ripple_flwr.cli.evidence_bench import (
+from paper import evidence as ev
+from paper.evidence_bench import (
     at,
     best_marks,
     bold,

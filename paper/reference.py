@@ -1,13 +1,14 @@
 """Generate the method table, the configuration reference and pretrain_vae.py's ranges.
 
-    python -m ripple_flwr.cli.reference          # rewrite the generated parts of the pages
-    python -m ripple_flwr.cli.reference --check  # exit 1 if a committed page is stale
+    python -m paper.reference          # rewrite the generated parts of the pages
+    python -m paper.reference --check  # exit 1 if a committed page is stale
 
 The pages keep their prose; only what stands between ``<!-- NAME:begin -->`` and
 ``<!-- NAME:end -->`` is generated (``methods`` in README.md and docs/methods.md,
 ``options`` in docs/configuration.md, ``pretrain-options`` in docs/pretraining.md, and
-every results table and number of ``PAGES`` from the committed ``docs/results/``:
-:mod:`ripple_flwr.cli.evidence_table1`, :mod:`ripple_flwr.cli.evidence_pages`).
+every results table and number of ``PAGES`` from the committed ``docs/results/``: the
+``paper.evidence_*`` modules). One registry, ``SOURCES``: each source declares its
+``BLOCKS`` (page -> block name -> generator).
 ``tests/test_reference.py`` fails when a committed page differs from what this writes.
 """
 
@@ -16,38 +17,29 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
-from ripple_flwr.cli import evidence_map, evidence_pages, evidence_speed, evidence_table1
+from paper import (
+    evidence_bench,
+    evidence_bench_rounds,
+    evidence_bench_runs,
+    evidence_history,
+    evidence_history_baselines,
+    evidence_history_tables,
+    evidence_history_zero_shot,
+    evidence_map,
+    evidence_map300,
+    evidence_pages,
+    evidence_router,
+    evidence_speed,
+    evidence_table1,
+)
 from ripple_flwr.methods.registry import METHODS, all_options
 from ripple_flwr.settings import Option, RunSettings
 
-ROOT = Path(__file__).resolve().parents[2]
-PAGES = {
-    "README.md": ("methods", "table1-headline", "default-run", "install-size"),
-    "docs/methods.md": ("methods",),
-    "docs/configuration.md": ("settings-groups", "options"),
-    "docs/pretraining.md": ("pretrain-options",),
-    "docs/results.md": (
-        "table1-full",
-        "table1-sweep",
-        "fesem-k10",
-        "table2",
-        "table1-rotated",
-        "table2-rotated",
-        "which-method-when",
-        "figures",
-    ),
-    "docs/ripple-hdb.md": ("hdb",),
-    "docs/sweeps.md": ("sweep-speed",),
-    "docs/which-method.md": (
-        "which-method-when",
-        "heterogeneity-map",
-        "map-advice",
-        "map-ranking-300",
-        "method-costs",
-    ),
-}
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cell(text: str) -> str:
@@ -122,62 +114,53 @@ def pretrain_options_table() -> str:
     return bounds_table(build_parser())
 
 
-GENERATORS = {
-    "methods": method_table,
-    "options": options_table,
-    "settings-groups": settings_groups,
-    "pretrain-options": pretrain_options_table,
-    # Numbers from the committed results (docs/results/), never typed by hand.
-    "table1-headline": evidence_table1.headline,
-    "table1-full": evidence_table1.full_table,
-    "table1-sweep": evidence_table1.sweep,
-    "fesem-k10": evidence_table1.fesem_k10,
-    "table1-rotated": evidence_table1.rotated,
-    "table2": evidence_pages.table2,
-    "table2-rotated": evidence_pages.table2_rotated,
-    "which-method-when": evidence_pages.which_when,
-    "figures": evidence_pages.figures,
-    "hdb": evidence_pages.hdb,
-    "default-run": evidence_pages.default_run,
-    "sweep-speed": evidence_speed.sweep_speed,
-    "install-size": evidence_speed.install_size,
-    "heterogeneity-map": evidence_map.heterogeneity_map,
-    "map-advice": evidence_map.map_advice,
-    "method-costs": evidence_map.costs,
-    "map-ranking-300": evidence_map.ranking_at_300,
+# Every generated block, in one registry: each source declares ``BLOCKS = {page: {block
+# name: generator}}``: this module the blocks read from the code, the evidence modules those
+# read from the committed results (docs/results/), never typed by hand. A block name has one
+# generator across every page and source.
+BLOCKS = {
+    "README.md": {"methods": method_table},
+    "docs/methods.md": {"methods": method_table},
+    "docs/configuration.md": {"settings-groups": settings_groups, "options": options_table},
+    "docs/pretraining.md": {"pretrain-options": pretrain_options_table},
 }
-
-
-# Further evidence modules: each declares ``BLOCKS = {page: {block name: generator}}``;
-# a block name must be unique across every page and module.
-EVIDENCE_MODULES: tuple[str, ...] = (
-    "evidence_bench",
-    "evidence_bench_rounds",
-    "evidence_bench_runs",
-    "evidence_history",
-    "evidence_history_baselines",
-    "evidence_history_tables",
-    "evidence_history_zero_shot",
-    "evidence_map300",
-    "evidence_router",
+SOURCES: tuple[ModuleType, ...] = (
+    sys.modules[__name__],
+    evidence_table1,
+    evidence_pages,
+    evidence_speed,
+    evidence_map,
+    evidence_bench,
+    evidence_bench_rounds,
+    evidence_bench_runs,
+    evidence_history,
+    evidence_history_baselines,
+    evidence_history_tables,
+    evidence_history_zero_shot,
+    evidence_map300,
+    evidence_router,
 )
 
 
-def _merge_modules() -> None:
-    import importlib
-
-    for name in EVIDENCE_MODULES:
-        module = importlib.import_module(f"ripple_flwr.cli.{name}")
-        for page, blocks in module.BLOCKS.items():
+def _registry(
+    sources: tuple[ModuleType, ...],
+) -> tuple[dict[str, Callable[[], str]], dict[str, tuple[str, ...]]]:
+    """(every block's generator, every page's block names) from the sources' ``BLOCKS``."""
+    generators: dict[str, Callable[[], str]] = {}
+    pages: dict[str, tuple[str, ...]] = {}
+    for source in sources:
+        for page, blocks in source.BLOCKS.items():
             for block, generator in blocks.items():
-                if GENERATORS.get(block, generator) is not generator:
-                    raise ValueError(f"block {block!r} of {name} is already generated elsewhere")
-                GENERATORS[block] = generator
-                if block not in PAGES.get(page, ()):
-                    PAGES[page] = (*PAGES.get(page, ()), block)
+                if generators.setdefault(block, generator) is not generator:
+                    raise ValueError(
+                        f"block {block!r} of {source.__name__} is already generated elsewhere"
+                    )
+                if block not in pages.get(page, ()):
+                    pages[page] = (*pages.get(page, ()), block)
+    return generators, pages
 
 
-_merge_modules()
+GENERATORS, PAGES = _registry(SOURCES)
 
 
 def render(text: str, names: tuple[str, ...]) -> str:
@@ -207,13 +190,13 @@ def stale_pages(root: Path = ROOT) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ripple_flwr.cli.reference")
+    parser = argparse.ArgumentParser(prog="python -m paper.reference")
     parser.add_argument("--check", action="store_true", help="only report stale pages")
     args = parser.parse_args(argv)
     stale = stale_pages()
     if args.check:
         for page in stale:
-            print(f"{page} is stale: run python -m ripple_flwr.cli.reference", file=sys.stderr)
+            print(f"{page} is stale: run python -m paper.reference", file=sys.stderr)
         return 1 if stale else 0
     for page in stale:
         path = ROOT / page

@@ -1,6 +1,6 @@
 """results.md's earlier-protocol blocks: the accuracy runs (seeds 0 and 1) and seed 0's Table 1.
 
-Read from the committed ``docs/results/`` only (see :mod:`ripple_flwr.cli.evidence`):
+Read from the committed ``docs/results/`` only (see :mod:`paper.evidence`):
 ``accuracy_fashion_300rounds_2seeds.json`` (no curves: final accuracy per seed, the first
 round reaching 90%, the largest gap to the oracle), ``..._flower_seed0.json`` and
 ``..._baselines_seed0.json`` (curves), and ``table1_fashion_300rounds_seed0.json``, whose
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ripple_flwr.cli import evidence as ev
-from ripple_flwr.cli.evidence_table1 import TABLE1_RUNS
+from paper import evidence as ev
+from paper.evidence_table1 import TABLE1_RUNS
 
 ACC2 = "accuracy_fashion_300rounds_2seeds.json"
 FLOWER = "accuracy_fashion_300rounds_flower_seed0.json"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from statistics import mean
 
-from ripple_flwr.cli import evidence as ev
+from paper import evidence as ev
 
 SWEEP = "sweep_throughput.json"
 
@@ -64,3 +64,9 @@ def install_size() -> str:
         f"no GPU, wheels from this machine's local mirror; from PyPI add their download; "
         f"[docs/results/{INSTALL}](docs/results/{INSTALL}))."
     )
+
+
+BLOCKS = {
+    "README.md": {"install-size": install_size},
+    "docs/sweeps.md": {"sweep-speed": sweep_speed},
+}
