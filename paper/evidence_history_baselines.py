@@ -14,6 +14,7 @@ from typing import Any
 from paper import evidence as ev
 from paper.evidence_history import SEED0, stat, value_range
 from paper.evidence_table1 import TABLE1, TABLE1_RUNS
+from ripple_flwr.runs.statistics import above_chance
 
 B0 = "baselines_seed0/"
 # Each before/after row: the method, its record, and the setting it ran with (declared: the
@@ -161,14 +162,8 @@ def _joined(values: list[float], spec: str) -> str:
 
 
 def chance(tests: list[dict[str, Any]]) -> str:
-    """Where the seeds' permutation tests put the ARI: above chance is p < 0.01."""
-    ps = [t["p_value"] for t in tests]
-    above, rng = sum(p < 0.01 for p in ps), value_range(ps, ".3f", 1)
-    if above == len(ps):
-        return f"above chance at every seed (p {rng})"
-    if not above:
-        return f"at chance at every seed (p {rng}, none below 0.01)"
-    return f"above chance at {above} of {len(ps)} seeds (p {rng})"
+    """Where the seeds' permutation tests put the ARI (the one rule, ``above_chance``)."""
+    return above_chance([t["p_value"] for t in tests])
 
 
 def fesem_k10_ari() -> str:

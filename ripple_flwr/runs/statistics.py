@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "CHANCE_P",
     "PAIRED",
     "SPREAD",
+    "above_chance",
     "fmt_paired",
     "paired",
     "seed_stats",
@@ -117,3 +119,20 @@ def fmt_paired(p: Mapping[str, Any] | None, scale: float = 100.0, spec: str = "+
     if p.get("half") is not None:
         text += f" ± {abs(p['half']) * scale:.1f}"
     return f"{text} ({p['wins']}/{p['n']})"
+
+
+CHANCE_P = 0.01  # a clustering is "above chance" at a seed when its permutation p < this
+
+
+def above_chance(p_values: list[float]) -> str:
+    """Where the seeds' permutation tests put a clustering, by the one rule (p < CHANCE_P)."""
+    ps = [float(p) for p in p_values]
+    if not ps:
+        return "not tested"
+    above = sum(p < CHANCE_P for p in ps)
+    rng = f"{min(ps):.3f}" if min(ps) == max(ps) else f"{min(ps):.3f}-{max(ps):.3f}"
+    if above == len(ps):
+        return f"above chance at every seed (p {rng})"
+    if not above:
+        return f"at chance at every seed (p {rng}, none below {CHANCE_P})"
+    return f"above chance at {above} of {len(ps)} seeds (p {rng})"
