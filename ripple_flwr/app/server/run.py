@@ -93,7 +93,7 @@ def ship_embedding_dp(settings: RunSettings, ckpt, data: RunData, strategy) -> d
         seed=settings.data.data_seed,
         client_size=settings.data.partition_size,
     )
-    strategy.roster.query_records.update(mechanism_records(mech))
+    strategy.roster.expect(query_records=mechanism_records(mech))
     info = {
         "epsilon": mech.epsilon,
         "delta": mech.delta,
@@ -180,10 +180,12 @@ def prepare_run(
 
     state = initial_state(settings, data.image_shape, data.num_classes)
     strategy = build_strategy(settings, state, data, router)
-    strategy.roster.query_records.update(data.query_records())
-    strategy.roster.local = data.local(settings)
-    strategy.roster.known_sizes = data.partition_sizes()
-    strategy.roster.bound = bound
+    strategy.roster.expect(
+        query_records=data.query_records(),
+        local=data.local(settings),
+        known_sizes=data.partition_sizes(),
+        bound=bound,
+    )
     embedding_dp = None
     if settings.embedding.embedding_dp_epsilon:
         embedding_dp = ship_embedding_dp(settings, ckpt, data, strategy)

@@ -42,6 +42,7 @@ from ripple_flwr.app.protocol.candidates import Payload
 from ripple_flwr.app.protocol.messages import train_config
 from ripple_flwr.app.server.strategies.core.evaluation.rounds import Evaluator, metrics_of
 from ripple_flwr.app.server.strategies.core.replies.acceptance import ReplyAcceptance
+from ripple_flwr.app.server.strategies.core.replies.defences import UpdateHistory
 from ripple_flwr.app.server.strategies.core.replies.validation import (
     Accepted,
     Reference,
@@ -152,8 +153,7 @@ class AppStrategy(ReplyAcceptance, Strategy):
         self._round_start = 0.0
         # The accepted replies' update norms and radial steps of the last HISTORY_ROUNDS
         # rounds (oldest first): the yardstick honest clients set for the update bound.
-        self._accepted_norms: list[float] = []
-        self._accepted_radials: list[float] = []
+        self.update_history = UpdateHistory()
         self.failures: dict[int, int] = {}  # row -> training rounds failed in a row
         self.evaluator = Evaluator(settings) if evaluator is None else evaluator
 
@@ -171,6 +171,23 @@ class AppStrategy(ReplyAcceptance, Strategy):
     def declared_state(cls) -> tuple[str, ...]:
         """Every attribute saved for resume (its own and its bases')."""
         return tuple(cls._joined("state_fields"))
+
+    def state_values(self) -> dict[str, Any]:
+        """Each declared state field's value, by its saved name."""
+        history = {"_accepted_norms": self.update_history.norms}
+        history["_accepted_radials"] = self.update_history.radials
+        return {
+            name: history[name] if name in history else getattr(self, name)
+            for name in self.declared_state()
+        }
+
+    def restore_state_values(self, fields: dict[str, Any]) -> None:
+        """Put back checked state fields (:func:`~.state.restore.restored_fields`)."""
+        fields = dict(fields)
+        norms, radials = fields.pop("_accepted_norms", []), fields.pop("_accepted_radials", [])
+        self.update_history = UpdateHistory(norms, radials)
+        for name, value in fields.items():
+            setattr(self, name, value)
 
     @classmethod
     def check_settings(cls, settings: RunSettings) -> None:

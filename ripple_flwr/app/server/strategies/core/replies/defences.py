@@ -116,6 +116,23 @@ def apply_defences(
     return accepted, dropped
 
 
+class UpdateHistory:
+    """The accepted replies' update norms and radial steps of the last rounds, oldest first.
+
+    The yardstick honest clients set for the update bound (:func:`update_bound`); it owns
+    its two lists, and :meth:`record` keeps the last ``keep`` of each.
+    """
+
+    def __init__(self, norms: Sequence[float] = (), radials: Sequence[float] = ()) -> None:
+        self.norms: list[float] = [float(v) for v in norms]
+        self.radials: list[float] = [float(v) for v in radials]
+
+    def record(self, norms: Sequence[float], radials: Sequence[float], keep: int) -> None:
+        """Add this round's kept replies; keep the last ``keep`` of each list."""
+        self.norms = (self.norms + list(norms))[-keep:]
+        self.radials = (self.radials + list(radials))[-keep:]
+
+
 # -- the built-in defences, in order ---------------------------------------------------------
 def method_check(strategy: Any, server_round: int, accepted: Sequence[Accepted]) -> list:
     """The method's own check (``check_reply``: IFCA's chosen index, SCAFFOLD's control)."""
@@ -141,21 +158,19 @@ def update_bound(strategy: Any, server_round: int, accepted: Sequence[Accepted])
     norms = [n for n, _ in stats]
     squares = [max(model_norm[id(o)], 1e-12) ** 2 for o in origins]
     radials = [dot / sq for (_, dot), sq in zip(stats, squares, strict=True)]
+    history: UpdateHistory = strategy.update_history
     by_norm = out_of_bound(
         norms,
-        strategy._accepted_norms,
+        history.norms,
         s.robustness.update_norm_factor,
         s.robustness.max_update_norm,
         model_norms=[model_norm[id(o)] for o in origins],
     )
-    by_rescale = out_of_rescale(
-        radials, strategy._accepted_radials, s.robustness.update_norm_factor
-    )
+    by_rescale = out_of_rescale(radials, history.radials, s.robustness.update_norm_factor)
     reasons = [r1 or r2 for r1, r2 in zip(by_norm, by_rescale, strict=True)]
     kept = [i for i, r in enumerate(reasons) if r is None]
     keep = HISTORY_ROUNDS * max(s.training.clients_per_round, 1)
-    strategy._accepted_norms = (strategy._accepted_norms + [norms[i] for i in kept])[-keep:]
-    strategy._accepted_radials = (strategy._accepted_radials + [radials[i] for i in kept])[-keep:]
+    history.record([norms[i] for i in kept], [radials[i] for i in kept], keep)
     return reasons
 
 

@@ -89,6 +89,29 @@ class ClientRoster:
         # The server's node id -> partition binding ($RIPPLE_PARTITION_MAP), if it has one.
         self.bound: dict[int, int] | None = None
 
+    def expect(
+        self,
+        *,
+        query_records: dict[str, Any] | None = None,
+        local: LocalData | None = None,
+        known_sizes: dict[int, tuple[int, int]] | None = None,
+        bound: dict[int, int] | None = None,
+    ) -> None:
+        """What the run's data tells the roster before its query round.
+
+        ``query_records`` are sent with every query (the run's classes for nodes with their
+        own data, the public DP mechanism); ``local`` is set when the nodes bring their own
+        data; ``known_sizes`` are a benchmark run's (train, test) split sizes per partition;
+        ``bound`` the server's node id -> partition binding ($RIPPLE_PARTITION_MAP).
+        """
+        self.query_records.update(query_records or {})
+        if local is not None:
+            self.local = local
+        if known_sizes is not None:
+            self.known_sizes = known_sizes
+        if bound is not None:
+            self.bound = bound
+
     def resume_from(self, state: dict[str, Any]) -> None:
         """Continue the interrupted run of ``state`` (its server checkpoint) in :meth:`prepare`.
 

@@ -58,6 +58,7 @@ def restored_fields(strategy: Any, saved: Any) -> dict[str, Any]:
     if not isinstance(saved, dict):
         raise ValueError(f"the saved fields are {_kind(saved)}, expected a dict; {_FIX}")
     declared = strategy.declared_state()
+    current = strategy.state_values()
     kinds = _Kinds(getattr(strategy, "reference", {}))
     out: dict[str, Any] = {}
     for name, value in saved.items():
@@ -66,7 +67,7 @@ def restored_fields(strategy: Any, saved: Any) -> dict[str, Any]:
                 f"state field {name!r} is not one {type(strategy).__name__} saves "
                 f"({', '.join(declared)}); {_FIX}"
             )
-        problem = kinds.mismatch(to_plain(name, getattr(strategy, name)), value, "")
+        problem = kinds.mismatch(to_plain(name, current[name]), value, "")
         if problem is None and name in FIELD_BOUNDS:
             problem = FIELD_BOUNDS[name](value, strategy)
         if problem is None:

@@ -27,9 +27,7 @@ def server_state(strategy: AppStrategy, server_round: int) -> dict[str, Any]:
         "rng": strategy.rng.bit_generator.state,
         "ledger": strategy.ledger.to_dict(),
         "roster": strategy.roster.to_dict(),
-        "fields": {
-            name: to_plain(name, getattr(strategy, name)) for name in strategy.declared_state()
-        },
+        "fields": {name: to_plain(name, value) for name, value in strategy.state_values().items()},
     }
 
 
@@ -45,6 +43,5 @@ def restore_server_state(strategy: AppStrategy, state: dict[str, Any]) -> None:
     strategy.roster.restore(state["roster"], fresh)
     strategy.rng.bit_generator.state = state["rng"]
     strategy.ledger = Ledger.from_dict(state["ledger"])
-    for name, value in fields.items():
-        setattr(strategy, name, value)
+    strategy.restore_state_values(fields)
     strategy.round_offset = int(state["round"])
