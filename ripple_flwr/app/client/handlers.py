@@ -21,7 +21,6 @@ from flwr.app import (
     Error,
     Message,
 )
-from flwr.common.constant import ErrorCode
 
 from ripple_flwr.app.client.data import (
     ClientData,
@@ -43,6 +42,7 @@ from ripple_flwr.app.client.work import (
     evaluate_client,
     train_client,
 )
+from ripple_flwr.app.flower_internals import ErrorCode
 from ripple_flwr.app.protocol.candidates import split_candidates
 from ripple_flwr.app.protocol.messages import (
     ARRAYS,
