@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flwr.supercore.task_identity import TaskIdentity
 
+from ripple_flwr.app.flower_internals import set_task_identity
 from ripple_flwr.testing.inprocess import InProcessGrid
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -59,9 +59,7 @@ class FakeGrid(InProcessGrid):
 @pytest.fixture(autouse=True, scope="session")
 def _server_identity():
     """Messages need a run/node/task identity, which Flower's runtime would set."""
-    TaskIdentity.run_id = 1
-    TaskIdentity.node_id = 0
-    TaskIdentity.task_id = 1
+    set_task_identity(run_id=1, node_id=0, task_id=1)
     yield
 
 

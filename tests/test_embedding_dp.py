@@ -12,7 +12,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from ripple_flwr.app.protocol.records import (
     DP_CONFIG,
     DP_RECORD,
-    mechanism_from_records,
+    mechanism_parts,
     mechanism_records,
 )
 from ripple_flwr.app.run_config import parse_run_config
@@ -43,7 +43,7 @@ def mechanism(p: int = 6, r: int = 2, epsilon: float = 1.0) -> PublicMechanism:
 def test_the_mechanism_travels_unchanged_and_releases_as_privatize_embedding():
     mech = mechanism()
     recs = mechanism_records(mech)
-    back = mechanism_from_records(recs[DP_RECORD], recs[DP_CONFIG])
+    back = PublicMechanism.from_parts(*mechanism_parts(recs[DP_RECORD], recs[DP_CONFIG]))
     for key in ("center", "scale", "basis", "lift"):
         np.testing.assert_array_equal(getattr(back, key), getattr(mech, key))
     assert (back.clip, back.epsilon, back.delta, back.log_space) == (0.7, 1.0, 1e-5, True)

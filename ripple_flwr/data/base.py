@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ripple_flwr.data.images import to_unit_float
-
-
-def classes_hash(class_names: Sequence[str]) -> str:
-    """A short hash of a class list, in order: what server, checkpoint and nodes compare."""
-    blob = json.dumps([str(c) for c in class_names]).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
+from ripple_flwr.io.classes import classes_hash as classes_hash  # importable from here too
 
 
 @dataclass(frozen=True)

@@ -17,20 +17,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from flwr.app import Context, Error, Message, RecordDict
-from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
+
+from ripple_flwr.app.flower_internals import ErrorCode, ensure_task_identity
+from ripple_flwr.app.protocol.messages import NODE_NUM_PARTITIONS, NODE_PARTITION_ID
 
 # Node ids straddle 2**63 on purpose: they must stay exact Python ints.
 NODE_ID_BASE = 2**63 - 3
-
-
-def ensure_task_identity() -> None:
-    """Messages need a run/node/task identity that Flower's runtime would set; set one."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    for name, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):
-        if getattr(TaskIdentity, name) is None:
-            setattr(TaskIdentity, name, value)
 
 
 class OneProcessGrid(Grid):
@@ -66,7 +59,7 @@ class OneProcessGrid(Grid):
         total = int(run_config["num-partitions"]) + int(run_config.get("new-clients", 0))
         n = total if num_nodes is None else num_nodes
         if node_configs is None:
-            node_configs = [{"partition-id": i, "num-partitions": total} for i in range(n)]
+            node_configs = [{NODE_PARTITION_ID: i, NODE_NUM_PARTITIONS: total} for i in range(n)]
         self.node_ids = [NODE_ID_BASE + 2 * i for i in range(len(node_configs))]
         self.contexts = {
             nid: Context(

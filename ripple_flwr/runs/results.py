@@ -21,28 +21,14 @@ import numpy as np
 
 from ripple_flwr.io.jsonable import to_jsonable
 
+# Byte accounting lives in ripple_flwr.io.payload (the wire protocol counts with it too).
+from ripple_flwr.io.payload import array_nbytes as array_nbytes
+from ripple_flwr.io.payload import arrayrecord_nbytes as arrayrecord_nbytes
+from ripple_flwr.io.payload import message_nbytes as message_nbytes
+
 log = logging.getLogger("flwr.ripple")
 
 RESULTS_VERSION = 1
-
-
-# -- bytes --------------------------------------------------------------------------------
-def array_nbytes(array: Any) -> int:
-    """Payload bytes of one flwr ``Array`` (or numpy array): prod(shape) x item size."""
-    shape = tuple(array.shape)
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(array.dtype).itemsize
-
-
-def arrayrecord_nbytes(record: Any) -> int:
-    """Payload bytes of an ArrayRecord."""
-    return sum(array_nbytes(a) for a in record.values())
-
-
-def message_nbytes(message: Any) -> int:
-    """Payload bytes of all ArrayRecords of a message (0 for an error reply)."""
-    if not message.has_content():
-        return 0
-    return sum(arrayrecord_nbytes(r) for r in message.content.array_records.values())
 
 
 # -- statistics ---------------------------------------------------------------------------

@@ -14,6 +14,15 @@ from collections.abc import Callable
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 
+from ripple_flwr.app.protocol.messages import (
+    ACCURACY,
+    CONFIG,
+    INFO,
+    METRICS,
+    NUM_EXAMPLES,
+    NUM_TEST_EXAMPLES,
+    SERVER_ROUND,
+)
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 
 Fault = Callable[[Message, Message | None], Message | None]
@@ -65,8 +74,8 @@ def inflated_count(num_examples: int = 10**12) -> Fault:
     """Training replies that claim ``num_examples`` training examples."""
 
     def rewrite(msg: Message, reply: Message) -> Message:
-        metrics = dict(reply.content.metric_records["metrics"])
-        metrics["num-examples"] = int(num_examples)
+        metrics = dict(reply.content.metric_records[METRICS])
+        metrics[NUM_EXAMPLES] = int(num_examples)
         return _replace(reply, msg, metrics=MetricRecord(metrics))
 
     return _on("train", rewrite)
@@ -76,8 +85,8 @@ def fake_evaluation(accuracy: float = 1.0, num_examples: int = 10**9) -> Fault:
     """Evaluation replies that claim ``accuracy`` on ``num_examples`` test examples."""
 
     def rewrite(msg: Message, reply: Message) -> Message:
-        metrics = dict(reply.content.metric_records["metrics"])
-        metrics.update({"accuracy": float(accuracy), "num-examples": int(num_examples)})
+        metrics = dict(reply.content.metric_records[METRICS])
+        metrics.update({ACCURACY: float(accuracy), NUM_EXAMPLES: int(num_examples)})
         return _replace(reply, msg, metrics=MetricRecord(metrics))
 
     return _on("evaluate", rewrite)
@@ -153,8 +162,8 @@ def set_field(kind: str, record: str, key: str, value: object) -> Fault:
 def query_sizes(num_examples: int = 10**12, num_test: int = 10**9) -> Fault:
     """Query replies that claim enormous training and test splits (to buy weight)."""
     return combine(
-        set_field("query", "info", "num-examples", int(num_examples)),
-        set_field("query", "info", "num-test-examples", int(num_test)),
+        set_field("query", INFO, NUM_EXAMPLES, int(num_examples)),
+        set_field("query", INFO, NUM_TEST_EXAMPLES, int(num_test)),
     )
 
 
@@ -162,8 +171,8 @@ def dead_after(server_round: int, error: bool = True) -> Fault:
     """A node that dies after ``server_round``: error replies (as the SuperLink sends) or none."""
 
     def fault(msg: Message, reply: Message | None) -> Message | None:
-        cfg = msg.content.config_records.get("config", ConfigRecord())
-        if int(cfg.get("server-round", 0)) <= server_round:
+        cfg = msg.content.config_records.get(CONFIG, ConfigRecord())
+        if int(cfg.get(SERVER_ROUND, 0)) <= server_round:
             return reply
         if not error:
             return None

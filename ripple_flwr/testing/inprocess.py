@@ -11,11 +11,9 @@ from typing import Any
 
 from flwr.app import Message
 
-from ripple_flwr.experiments.one_process import (
-    NODE_ID_BASE,
-    OneProcessGrid,
-    ensure_task_identity,
-)
+from ripple_flwr.app.flower_internals import ensure_task_identity
+from ripple_flwr.app.protocol.messages import CONFIG, NODE_PARTITION_ID, SERVER_ROUND, TRAIN
+from ripple_flwr.experiments.one_process import NODE_ID_BASE, OneProcessGrid
 
 __all__ = ["NODE_ID_BASE", "Fault", "InProcessGrid", "ensure_task_identity"]
 
@@ -57,17 +55,17 @@ class InProcessGrid(OneProcessGrid):
         return [
             nid
             for nid, ctx in self.contexts.items()
-            if self.join_after.get(int(ctx.node_config.get("partition-id", -1)), 0)
+            if self.join_after.get(int(ctx.node_config.get(NODE_PARTITION_ID, -1)), 0)
             <= self.last_train_round
         ]
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         messages = list(messages)
         for msg in messages:
-            if msg.metadata.message_type == "train":
-                cfg = msg.content.config_records.get("config")
-                if cfg is not None and "server-round" in cfg:
-                    self.last_train_round = max(self.last_train_round, int(cfg["server-round"]))
+            if msg.metadata.message_type == TRAIN:
+                cfg = msg.content.config_records.get(CONFIG)
+                if cfg is not None and SERVER_ROUND in cfg:
+                    self.last_train_round = max(self.last_train_round, int(cfg[SERVER_ROUND]))
         ids = list(super().push_messages(messages))
         if self.keep_traffic:
             self.sent.extend(messages)
@@ -77,7 +75,7 @@ class InProcessGrid(OneProcessGrid):
     def _deliver(self, msg: Message) -> Message | None:
         reply = super()._deliver(msg)
         context = self.contexts[msg.metadata.dst_node_id]
-        fault = self.faults.get(int(context.node_config.get("partition-id", -1)))
+        fault = self.faults.get(int(context.node_config.get(NODE_PARTITION_ID, -1)))
         return fault(msg, reply) if fault is not None else reply
 
     def sent_of_type(self, prefix: str) -> list[Message]:

@@ -16,16 +16,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flwr.app import (
-    Array,
-    ArrayRecord,
     ConfigRecord,
     Context,
     Error,
     Message,
-    MetricRecord,
-    RecordDict,
 )
-from flwr.common.constant import ErrorCode
 
 from ripple_flwr.app.client.data import (
     ClientData,
@@ -47,20 +42,23 @@ from ripple_flwr.app.client.work import (
     evaluate_client,
     train_client,
 )
+from ripple_flwr.app.flower_internals import ErrorCode
 from ripple_flwr.app.protocol.candidates import split_candidates
 from ripple_flwr.app.protocol.messages import (
     ARRAYS,
     DESCRIBE,
     EVALUATE,
-    INFO,
-    METRICS,
-    PARTITION_ID,
-    PHI,
+    NODE_HELD_OUT,
+    NODE_NUM_PARTITIONS,
     QUERY,
     STATE_TRAINED,
-    SUMMARY,
     TRAIN,
+    DescribeReply,
+    EvaluateReply,
+    LocalIdentity,
     ProtocolError,
+    QueryReply,
+    TrainReply,
     TrainRequest,
     decode_describe,
     decode_evaluate,
@@ -69,13 +67,14 @@ from ripple_flwr.app.protocol.messages import (
 from ripple_flwr.app.protocol.records import (
     DP_CONFIG,
     DP_RECORD,
-    mechanism_from_records,
+    mechanism_parts,
     record_to_state,
     state_to_record,
 )
 from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.data.images import ImageFormatError
 from ripple_flwr.data.local import LocalDataError
+from ripple_flwr.privacy.release import PublicMechanism
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
@@ -112,13 +111,13 @@ def node_settings(settings: RunSettings, node_config: dict[str, Any]) -> RunSett
     """
     if not settings.data.partitions_from_nodes or settings.data.client_data == "local":
         return settings
-    if "num-partitions" not in node_config:
+    if NODE_NUM_PARTITIONS not in node_config:
         raise ValueError(
             "num-partitions=0 takes the number of nodes from each node's config, but this "
             "node's lacks 'num-partitions'; start the SuperNode with --node-config "
             "'partition-id=<i> num-partitions=<n>', or set num-partitions in the run config"
         )
-    n = int(node_config["num-partitions"])
+    n = int(node_config[NODE_NUM_PARTITIONS])
     cached = RUNTIME.node_settings.get(n)
     if cached is None or cached[0] is not settings:  # settings_from_context: one per config
         cached = RUNTIME.node_settings[n] = (settings, settings.with_nodes(n))
@@ -155,37 +154,38 @@ def handle_query(msg: Message, context: Context) -> Message:
     if private:
         # Clipped and noised here, with a secret generator, before anything leaves the node;
         # asked again in this run, the node sends the same release (no second epsilon).
-        mech = mechanism_from_records(
-            msg.content.array_records[DP_RECORD], msg.content.config_records[DP_CONFIG]
+        mech = PublicMechanism.from_parts(
+            *mechanism_parts(
+                msg.content.array_records[DP_RECORD], msg.content.config_records[DP_CONFIG]
+            )
         )
         phi, reused = release_once(context.state, mech, phi, dict(context.node_config))
     seconds = time.perf_counter() - t0
-    info: dict[str, Any] = {
-        "partition-id": -1 if data.pid is None else data.pid,
-        "num-partitions": settings.data.total_partitions,
-        "num-examples": int(len(data.y_train)),
-        "num-test-examples": int(len(data.y_test)),
-        "summary": kind,
-        "private": bool(private),
-        "release-reused": bool(reused),
-        "seconds": float(seconds),
-        "data": data.source,
-    }
-    if settings.data.partitions_from_nodes:  # own data, num-partitions=0: the server counts
-        info.pop("num-partitions")
+    local = None
     if data.source == "local":
-        info.update(
-            {
-                "name": data.name,
-                "classes-hash": data.classes,
-                "image-shape": [int(v) for v in data.image_shape],
-                "held-out": bool(context.node_config.get("held-out", False)),
-            }
+        local = LocalIdentity(
+            name=data.name,
+            classes_hash=data.classes,
+            image_shape=[int(v) for v in data.image_shape],
+            held_out=bool(context.node_config.get(NODE_HELD_OUT, False)),
         )
-    content = RecordDict({INFO: ConfigRecord(info)})
-    if phi is not None:
-        content[SUMMARY] = ArrayRecord({PHI: Array(phi)})
-    return Message(content, reply_to=msg)
+    reply = QueryReply(
+        partition_id=-1 if data.pid is None else data.pid,
+        # own data, num-partitions=0: the server counts
+        num_partitions=None
+        if settings.data.partitions_from_nodes
+        else settings.data.total_partitions,
+        num_examples=int(len(data.y_train)),
+        num_test_examples=int(len(data.y_test)),
+        summary=kind,
+        private=bool(private),
+        release_reused=bool(reused),
+        seconds=float(seconds),
+        data=data.source,
+        local=local,
+        phi=phi,
+    )
+    return Message(reply.to_content(), reply_to=msg)
 
 
 @answers_data_errors
@@ -217,10 +217,12 @@ def handle_train(msg: Message, context: Context) -> Message:
         seen = context.state.config_records.get(RULE_STATE_KEY, ConfigRecord({"trained": 0}))
         metrics[STATE_TRAINED] = int(seen["trained"])
         context.state[RULE_STATE_KEY] = ConfigRecord({"trained": int(seen["trained"]) + 1})
-    content = RecordDict({ARRAYS: state_to_record(new_state), METRICS: MetricRecord(metrics)})
-    for name, arrays in reply_extras.items():
-        content[name] = state_to_record(arrays)
-    return Message(content, reply_to=msg)
+    reply = TrainReply(
+        arrays=state_to_record(new_state),
+        metrics=metrics,
+        extras={name: state_to_record(arrays) for name, arrays in reply_extras.items()},
+    )
+    return Message(reply.to_content(), reply_to=msg)
 
 
 @answers_data_errors
@@ -232,8 +234,8 @@ def handle_evaluate(msg: Message, context: Context) -> Message:
     state, choice = choose_candidate(settings, data, [record_to_state(r) for r in candidates])
     metrics = evaluate_client(settings, data, state, NodeStore(context.state))
     metrics.update(choice)
-    metrics[PARTITION_ID] = -1 if data.pid is None else data.pid
-    return Message(RecordDict({METRICS: MetricRecord(metrics)}), reply_to=msg)
+    reply = EvaluateReply(metrics=metrics, partition_id=-1 if data.pid is None else data.pid)
+    return Message(reply.to_content(), reply_to=msg)
 
 
 @answers_data_errors
@@ -243,7 +245,7 @@ def handle_describe(msg: Message, context: Context) -> Message:
     labelled, k = decode_describe(msg.content)
     state = record_to_state(msg.content.array_records[ARRAYS])
     phi = client_descriptor(settings, data, state, labelled=labelled, k=k)
-    return Message(RecordDict({SUMMARY: ArrayRecord({PHI: Array(phi)})}), reply_to=msg)
+    return Message(DescribeReply(phi).to_content(), reply_to=msg)
 
 
 # The one handler table: client_app.py registers it with Flower's ClientApp, and the

@@ -24,7 +24,11 @@ from ripple_flwr.app.client.data import ClientData, benchmark_data
 from ripple_flwr.app.client.runtime import RUNTIME
 from ripple_flwr.app.protocol.messages import (
     ACCURACY,
+    CANDIDATE_LOSSES,
+    CHOSEN,
     LOSS,
+    NODE_NUM_PARTITIONS,
+    NODE_PARTITION_ID,
     NUM_EXAMPLES,
     SUMMARY_KINDS,
     TRAIN_LOSS,
@@ -81,14 +85,14 @@ def check_partition(settings: RunSettings, node_config: dict[str, Any]) -> int:
     Ids ``0 .. num-partitions-1`` are training clients, the ``new-clients`` ids
     after them are held-out clients onboarded zero-shot.
     """
-    if "partition-id" not in node_config:
+    if NODE_PARTITION_ID not in node_config:
         raise ValueError(
             "node config lacks 'partition-id'; start the SuperNode with "
             "--node-config 'partition-id=<i> num-partitions=<n>'"
         )
-    pid = int(node_config["partition-id"])
+    pid = int(node_config[NODE_PARTITION_ID])
     total = settings.data.total_partitions
-    n_node = int(node_config.get("num-partitions", total))
+    n_node = int(node_config.get(NODE_NUM_PARTITIONS, total))
     if n_node != total:
         raise ValueError(
             f"node has num-partitions={n_node} but the run has {total} partitions "
@@ -199,7 +203,7 @@ def choose_candidate(
     data = _data(settings, who)
     model = _model_for(settings, data.image_shape, data.num_classes)
     best, losses = lowest_loss(model, states, data.x_train, data.y_train, device=device())
-    return states[best], {"chosen": best, "candidate-losses": losses}
+    return states[best], {CHOSEN: best, CANDIDATE_LOSSES: losses}
 
 
 def client_rule(settings: RunSettings) -> ClientRule:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from flwr.app import ArrayRecord
 
-from ripple_flwr.runs.results import arrayrecord_nbytes
+from ripple_flwr.io.payload import arrayrecord_nbytes
 
 CANDIDATE_PREFIX = "candidate-"
 

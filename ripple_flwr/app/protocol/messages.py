@@ -28,9 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flwr.app import ConfigRecord, MessageType, RecordDict
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, MessageType, MetricRecord, RecordDict
 
-from ripple_flwr.data.base import classes_hash
+from ripple_flwr.io.classes import classes_hash
 
 # -- message types ---------------------------------------------------------------------------
 QUERY = f"{MessageType.QUERY}.embed"
@@ -49,6 +50,11 @@ METRICS = "metrics"
 RULE = "rule"
 RUN_DATA = "ripple.data"  # own-data runs: the run's classes and image shape (a node keeps it)
 
+# -- a SuperNode's node config (Flower's ``--node-config``) ---------------------------------
+NODE_PARTITION_ID = "partition-id"
+NODE_NUM_PARTITIONS = "num-partitions"
+NODE_HELD_OUT = "held-out"
+
 # -- keys ------------------------------------------------------------------------------------
 SERVER_ROUND = "server-round"
 LR = "lr"
@@ -61,14 +67,23 @@ LABELLED = "labelled"
 LATENT_DIM = "latent-dim"
 NUM_EXAMPLES = "num-examples"
 NUM_TEST_EXAMPLES = "num-test-examples"
-NUM_PARTITIONS = "num-partitions"
-PARTITION_ID = "partition-id"
+NUM_PARTITIONS = NODE_NUM_PARTITIONS  # a query reply repeats the node's own config
+PARTITION_ID = NODE_PARTITION_ID
+HELD_OUT = NODE_HELD_OUT
 TRAIN_LOSS = "train_loss"
 LOSS = "loss"
 ACCURACY = "accuracy"
 CHOSEN = "chosen"
 CANDIDATE_LOSSES = "candidate-losses"
 STATE_TRAINED = "state-trained"
+PRIVATE = "private"
+RELEASE_REUSED = "release-reused"
+SECONDS = "seconds"
+DATA_SOURCE = "data"  # "benchmark" | "local"
+NAME = "name"
+CLASSES = "classes"
+CLASSES_HASH = "classes-hash"
+IMAGE_SHAPE = "image-shape"
 
 SUMMARY_KINDS = ("embedding", "mean", "none")
 NAME_LIMIT = 64  # characters of a node's name (the results file's label for it)
@@ -116,22 +131,22 @@ def run_data_record(class_names: Sequence[str], image_shape: Sequence[int]) -> C
     """What the server sends with the query of an own-data run (and the node keeps)."""
     return ConfigRecord(
         {
-            "classes": [str(c) for c in class_names],
-            "image-shape": [int(s) for s in image_shape],
-            "classes-hash": classes_hash(class_names),
+            CLASSES: [str(c) for c in class_names],
+            IMAGE_SHAPE: [int(s) for s in image_shape],
+            CLASSES_HASH: classes_hash(class_names),
         }
     )
 
 
 def decode_run_data(record: Mapping[str, Any]) -> tuple[list[str], tuple[int, int, int]]:
     """The run's class list and image shape from a :func:`run_data_record`."""
-    for key in ("classes", "image-shape"):
+    for key in (CLASSES, IMAGE_SHAPE):
         if key not in record:
             raise ProtocolError(f"the {RUN_DATA!r} record lacks {key!r}")
-    shape = tuple(int(s) for s in record["image-shape"])
+    shape = tuple(int(s) for s in record[IMAGE_SHAPE])
     if len(shape) != 3:
         raise ProtocolError(f"the {RUN_DATA!r} record's image-shape {shape} is not (C, H, W)")
-    return [str(c) for c in record["classes"]], shape  # type: ignore[return-value]
+    return [str(c) for c in record[CLASSES]], shape  # type: ignore[return-value]
 
 
 # -- query.describe --------------------------------------------------------------------------
@@ -206,3 +221,160 @@ def evaluate_config(server_round: int) -> ConfigRecord:
 def decode_evaluate(content: RecordDict) -> int:
     """The round an evaluation message scores."""
     return required(config_of(content, EVALUATE), SERVER_ROUND, int, EVALUATE)
+
+
+# -- replies ---------------------------------------------------------------------------------
+# A client encodes its reply with these classes; the server reads a reply's fields with their
+# ``read`` (each field as sent, unchecked: ``None`` where the reply left it out) and converts
+# and bounds every one itself, because nothing a client sends is trusted.
+def summary_record(phi: np.ndarray) -> ArrayRecord:
+    """The ``summary`` record of a query or descriptor reply."""
+    return ArrayRecord({PHI: Array(phi)})
+
+
+def summary_array(content: RecordDict) -> Array | None:
+    """The reply's summary ``Array`` as sent (``None``: absent)."""
+    record = content.array_records.get(SUMMARY)
+    if record is None or PHI not in record:
+        return None
+    return record[PHI]
+
+
+@dataclass(frozen=True)
+class LocalIdentity:
+    """What a node with its own data says about it in the query reply."""
+
+    name: Any
+    classes_hash: Any
+    image_shape: Any
+    held_out: Any
+
+
+@dataclass(frozen=True)
+class QueryReply:
+    """A node's answer to the query: its identity, split sizes and (optionally) its summary.
+
+    ``num_partitions`` is ``None`` for own data (the server counts); ``local`` only for
+    own data. Client-side it is built typed and sent with :meth:`to_content`; server-side
+    :meth:`read` gives every field as the client sent it (``None``: left out), unchecked.
+    """
+
+    partition_id: Any
+    num_partitions: Any
+    num_examples: Any
+    num_test_examples: Any
+    summary: Any
+    private: Any
+    release_reused: Any
+    seconds: Any
+    data: Any
+    local: LocalIdentity | None = None
+    phi: np.ndarray | None = None
+
+    def to_content(self) -> RecordDict:
+        """The reply's records (key order as the wire has always had it)."""
+        info: dict[str, Any] = {PARTITION_ID: self.partition_id}
+        if self.num_partitions is not None:
+            info[NUM_PARTITIONS] = self.num_partitions
+        info.update(
+            {
+                NUM_EXAMPLES: self.num_examples,
+                NUM_TEST_EXAMPLES: self.num_test_examples,
+                SUMMARY_KIND: self.summary,
+                PRIVATE: self.private,
+                RELEASE_REUSED: self.release_reused,
+                SECONDS: self.seconds,
+                DATA_SOURCE: self.data,
+            }
+        )
+        if self.local is not None:
+            info.update(
+                {
+                    NAME: self.local.name,
+                    CLASSES_HASH: self.local.classes_hash,
+                    IMAGE_SHAPE: self.local.image_shape,
+                    HELD_OUT: self.local.held_out,
+                }
+            )
+        content = RecordDict({INFO: ConfigRecord(info)})
+        if self.phi is not None:
+            content[SUMMARY] = summary_record(self.phi)
+        return content
+
+    @classmethod
+    def read(cls, content: RecordDict) -> QueryReply:
+        """Every field as sent, unchecked; only a reply without ``info`` raises (``KeyError``)."""
+        info = content.config_records[INFO]
+        return cls(
+            partition_id=info.get(PARTITION_ID),
+            num_partitions=info.get(NUM_PARTITIONS),
+            num_examples=info.get(NUM_EXAMPLES),
+            num_test_examples=info.get(NUM_TEST_EXAMPLES),
+            summary=info.get(SUMMARY_KIND),
+            private=info.get(PRIVATE),
+            release_reused=info.get(RELEASE_REUSED),
+            seconds=info.get(SECONDS),
+            data=info.get(DATA_SOURCE),
+            local=LocalIdentity(
+                name=info.get(NAME),
+                classes_hash=info.get(CLASSES_HASH),
+                image_shape=info.get(IMAGE_SHAPE),
+                held_out=info.get(HELD_OUT),
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class DescribeReply:
+    """FLUX's descriptor reply: ``phi`` under the received model."""
+
+    phi: np.ndarray
+
+    def to_content(self) -> RecordDict:
+        """The reply's records."""
+        return RecordDict({SUMMARY: summary_record(self.phi)})
+
+
+@dataclass(frozen=True)
+class TrainReply:
+    """A training reply: the trained model, its metrics, a method's extra records.
+
+    ``metrics`` holds :data:`NUM_EXAMPLES` and :data:`TRAIN_LOSS`, plus what a method adds
+    (:data:`CHOSEN`, :data:`CANDIDATE_LOSSES`, :data:`STATE_TRAINED`), in that order.
+    """
+
+    arrays: ArrayRecord
+    metrics: Mapping[str, Any]
+    extras: Mapping[str, ArrayRecord]
+
+    def to_content(self) -> RecordDict:
+        """The reply's records."""
+        content = RecordDict({ARRAYS: self.arrays, METRICS: MetricRecord(dict(self.metrics))})
+        for name, record in self.extras.items():
+            content[name] = record
+        return content
+
+
+def train_metrics_record(num_examples: int, train_loss: float) -> MetricRecord:
+    """What Flower's aggregation reads of a training reply, and nothing else."""
+    return MetricRecord({NUM_EXAMPLES: num_examples, TRAIN_LOSS: train_loss})
+
+
+@dataclass(frozen=True)
+class EvaluateReply:
+    """An evaluation reply: ``loss``, ``accuracy``, ``num-examples`` (+ ``chosen``...) and
+    the node's partition id (-1: own data)."""
+
+    metrics: Mapping[str, Any]
+    partition_id: int
+
+    def to_content(self) -> RecordDict:
+        """The reply's records."""
+        return RecordDict(
+            {METRICS: MetricRecord({**self.metrics, PARTITION_ID: self.partition_id})}
+        )
+
+
+def metrics_of(content: RecordDict) -> MetricRecord | None:
+    """A train or evaluate reply's ``metrics`` record as sent (``None``: absent)."""
+    return content.metric_records.get(METRICS)

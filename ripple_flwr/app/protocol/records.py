@@ -16,11 +16,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from io import BytesIO
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord
 
-from ripple_flwr.privacy.release import PublicMechanism
+if TYPE_CHECKING:  # the protocol imports nothing above ripple_flwr.io
+    from ripple_flwr.privacy.release import PublicMechanism
 
 _NPY_V1 = b"\x93NUMPY\x01\x00"
 _MAX_LAYOUTS = 4096
@@ -103,6 +105,8 @@ def mechanism_records(mech: PublicMechanism) -> dict[str, ArrayRecord | ConfigRe
     return {DP_RECORD: state_to_record(mech.arrays()), DP_CONFIG: ConfigRecord(mech.config())}
 
 
-def mechanism_from_records(arrays: ArrayRecord, config: ConfigRecord) -> PublicMechanism:
-    """The inverse of :func:`mechanism_records`."""
-    return PublicMechanism.from_parts(record_to_state(arrays), dict(config))
+def mechanism_parts(
+    arrays: ArrayRecord, config: ConfigRecord
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The inverse of :func:`mechanism_records`: the parts ``PublicMechanism.from_parts`` takes."""
+    return record_to_state(arrays), dict(config)

@@ -44,6 +44,7 @@ from flwr.serverapp import Grid
 
 from ripple_flwr.aggregation.clustering import State, redraw_until_balanced, smallest_share
 from ripple_flwr.app.protocol.candidates import payload_nbytes
+from ripple_flwr.app.protocol.messages import CHOSEN
 from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.strategies.core.clustered import ClusterModels
 from ripple_flwr.app.server.strategies.core.evaluation.scoring import evaluate_on
@@ -162,7 +163,7 @@ class IFCAStrategy(ClusterModels):
 
     @staticmethod
     def choice(a: Accepted) -> int:
-        return int(a.metrics["chosen"])
+        return int(a.metrics[CHOSEN])
 
     def update_origin(self, a: Accepted, sent: State) -> State:
         """A reply's update is measured from the model it says it chose."""

@@ -39,7 +39,7 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from ripple_flwr.aggregation.mixing import uniform_sample
 from ripple_flwr.app.protocol.candidates import Payload
-from ripple_flwr.app.protocol.messages import train_config
+from ripple_flwr.app.protocol.messages import NUM_EXAMPLES, TRAIN_LOSS, train_config
 from ripple_flwr.app.server.strategies.core.evaluation.rounds import Evaluator, metrics_of
 from ripple_flwr.app.server.strategies.core.replies.acceptance import ReplyAcceptance
 from ripple_flwr.app.server.strategies.core.replies.defences import UpdateHistory
@@ -389,7 +389,7 @@ class AppStrategy(ReplyAcceptance, Strategy):
         )
         if not accepted:
             return None
-        return MetricRecord({"train_loss": rec.train_loss, "num-examples": rec.num_examples})
+        return MetricRecord({TRAIN_LOSS: rec.train_loss, NUM_EXAMPLES: rec.num_examples})
 
     # -- evaluation ------------------------------------------------------------------------
     def is_eval_round(self, server_round: int) -> bool:

@@ -17,6 +17,7 @@ import numpy as np
 from flwr.app import Message, MetricRecord
 
 from ripple_flwr.app.protocol.candidates import Payload, payload_nbytes, payload_size
+from ripple_flwr.app.protocol.messages import ACCURACY, LOSS, NUM_EXAMPLES
 from ripple_flwr.app.server.strategies.core.evaluation.scoring import evaluate_messages, score_stats
 from ripple_flwr.app.server.strategies.core.replies.validation import (
     collect_evaluations,
@@ -133,10 +134,10 @@ def metrics_of(rec: EvaluationRecord) -> MetricRecord | None:
         return None
     return MetricRecord(
         {
-            "accuracy": rec.accuracy["weighted_mean"],
+            ACCURACY: rec.accuracy["weighted_mean"],
             "accuracy-std": rec.accuracy["std"],
-            "loss": rec.loss["weighted_mean"],
-            "num-examples": sum(c.num_examples for c in rec.clients),
+            LOSS: rec.loss["weighted_mean"],
+            NUM_EXAMPLES: sum(c.num_examples for c in rec.clients),
         }
     )
 

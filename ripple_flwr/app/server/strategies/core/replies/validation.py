@@ -13,8 +13,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from flwr.app import Message, MetricRecord
+from flwr.app import Message
 
+from ripple_flwr.app.protocol.messages import (
+    ACCURACY,
+    ARRAYS,
+    CHOSEN,
+    LOSS,
+    METRICS,
+    NUM_EXAMPLES,
+    STATE_TRAINED,
+    TRAIN_LOSS,
+    metrics_of,
+    train_metrics_record,
+)
 from ripple_flwr.app.protocol.records import record_to_state
 from ripple_flwr.app.server.strategies.core.replies.fields import (
     MAX_CLIENT_EXAMPLES,
@@ -43,9 +55,9 @@ def validate_train_reply(
     if msg.has_error():
         raise ValueError(f"client error: {msg.error.reason}")
     content = msg.content
-    if "arrays" not in content.array_records:
-        raise ValueError("reply carries no 'arrays' record")
-    record = content.array_records["arrays"]
+    if ARRAYS not in content.array_records:
+        raise ValueError(f"reply carries no {ARRAYS!r} record")
+    record = content.array_records[ARRAYS]
     if set(record.keys()) != set(reference):
         missing = sorted(set(reference) - set(record.keys()))
         extra = sorted(set(record.keys()) - set(reference))
@@ -67,17 +79,17 @@ def validate_train_reply(
             )
         if np.issubdtype(value.dtype, np.inexact) and not np.all(np.isfinite(value)):
             raise ValueError(f"tensor {key!r} is not finite")
-    metrics = content.metric_records.get("metrics")
-    if metrics is None or "num-examples" not in metrics:
-        raise ValueError("reply has no 'metrics' record with num-examples")
+    metrics = metrics_of(content)
+    if metrics is None or NUM_EXAMPLES not in metrics:
+        raise ValueError(f"reply has no {METRICS!r} record with {NUM_EXAMPLES}")
     # Any positive integer: the server holds it to the split size from the query round anyway.
-    n = as_count(metrics["num-examples"], "num-examples", high=CLAIM_LIMIT)
-    loss = as_number(metrics["train_loss"], "train_loss", low=-MAX_LOSS, high=MAX_LOSS)
+    n = as_count(metrics[NUM_EXAMPLES], NUM_EXAMPLES, high=CLAIM_LIMIT)
+    loss = as_number(metrics[TRAIN_LOSS], TRAIN_LOSS, low=-MAX_LOSS, high=MAX_LOSS)
     return state, n, loss
 
 
 # Optional training-reply metrics a method may read, with their bounds (validated when present).
-OPTIONAL_TRAIN_METRICS = {"chosen": 1 << 20, "state-trained": 1 << 40}
+OPTIONAL_TRAIN_METRICS = {CHOSEN: 1 << 20, STATE_TRAINED: 1 << 40}
 
 
 def train_metrics(msg: Message, n: int, loss: float) -> dict[str, int | float]:
@@ -88,12 +100,12 @@ def train_metrics(msg: Message, n: int, loss: float) -> dict[str, int | float]:
     reply must not break it); the optional keys a method reads (IFCA's
     ``chosen``, the stateful rules' ``state-trained``) are kept beside it.
     """
-    metrics = msg.content.metric_records["metrics"]
-    kept: dict[str, int | float] = {"num-examples": n, "train_loss": loss}
+    metrics = msg.content.metric_records[METRICS]
+    kept: dict[str, int | float] = {NUM_EXAMPLES: n, TRAIN_LOSS: loss}
     for key, high in OPTIONAL_TRAIN_METRICS.items():
         if key in metrics:
             kept[key] = as_count(metrics[key], key, low=0, high=high)
-    msg.content["metrics"] = MetricRecord({"num-examples": n, "train_loss": loss})
+    msg.content[METRICS] = train_metrics_record(n, loss)
     return kept
 
 
@@ -231,9 +243,9 @@ def check_score(metrics: Any, known: int | None) -> tuple[float, float, int]:
     the query round), never the client's claim; the accuracy must be a share
     of that many examples.
     """
-    acc = as_number(metrics["accuracy"], "accuracy", low=0.0, high=1.0)
-    loss = as_number(metrics["loss"], "loss", low=-MAX_LOSS, high=MAX_LOSS)
-    n = as_count(metrics["num-examples"], "num-examples", high=CLAIM_LIMIT)
+    acc = as_number(metrics[ACCURACY], ACCURACY, low=0.0, high=1.0)
+    loss = as_number(metrics[LOSS], LOSS, low=-MAX_LOSS, high=MAX_LOSS)
+    n = as_count(metrics[NUM_EXAMPLES], NUM_EXAMPLES, high=CLAIM_LIMIT)
     if known is None:
         n = min(n, MAX_CLIENT_EXAMPLES)
         return acc, loss, n
@@ -249,11 +261,11 @@ def check_score(metrics: Any, known: int | None) -> tuple[float, float, int]:
 
 def check_choice(metrics: Any, count: int) -> int:
     """The candidate index a reply says it kept, or ``ValueError`` (absent, not an index)."""
-    if "chosen" not in metrics:
-        raise ValueError(f"sent {count} candidate models but the reply names no 'chosen' one")
-    raw = metrics["chosen"]
+    if CHOSEN not in metrics:
+        raise ValueError(f"sent {count} candidate models but the reply names no {CHOSEN!r} one")
+    raw = metrics[CHOSEN]
     if isinstance(raw, bool) or not isinstance(raw, int | np.integer) or not 0 <= raw < count:
-        raise ValueError(f"chosen={raw!r} is not a candidate index in [0, {count})")
+        raise ValueError(f"{CHOSEN}={raw!r} is not a candidate index in [0, {count})")
     return int(raw)
 
 
@@ -287,7 +299,7 @@ def collect_evaluations(
             if msg.has_error():
                 raise ValueError(f"client error: {msg.error.reason}")
             known = known_test[row] if known_test else None
-            metrics = msg.content.metric_records["metrics"]
+            metrics = msg.content.metric_records[METRICS]
             acc, loss, n = check_score(metrics, known)
             count = (num_candidates or {}).get(row, 1)
             chosen = check_choice(metrics, count) if count > 1 else None

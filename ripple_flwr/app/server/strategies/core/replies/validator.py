@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from flwr.app import Message
 
+from ripple_flwr.app.protocol.messages import METRICS, NUM_EXAMPLES
 from ripple_flwr.app.server.strategies.core.replies.validation import (
     Accepted,
     Reference,
@@ -84,4 +85,4 @@ def hold_to_known_count(server_round: int, a: Accepted, clients: QueryResult) ->
         known,
     )
     a.num_examples = known
-    a.message.content.metric_records["metrics"]["num-examples"] = known  # what Flower reads
+    a.message.content.metric_records[METRICS][NUM_EXAMPLES] = known  # what Flower reads

@@ -10,7 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ripple_flwr.app.protocol.messages import NAME_LIMIT
+from ripple_flwr.app.protocol.messages import (
+    CLASSES_HASH,
+    HELD_OUT,
+    IMAGE_SHAPE,
+    NAME,
+    NAME_LIMIT,
+    LocalIdentity,
+)
 from ripple_flwr.app.server.strategies.core.replies.fields import as_count, as_flag, as_text
 
 
@@ -23,22 +30,29 @@ class LocalData:
     num_train: int  # training slots (num-partitions); held-out slots come after them
 
 
-def check_local_info(info: Any, local: LocalData) -> tuple[str, bool]:
-    """A local node's name and held-out flag, after checking its classes and shape."""
-    got = as_text(info.get("classes-hash", ""), "classes-hash", limit=64)
+def check_local_info(info: LocalIdentity, local: LocalData) -> tuple[str, bool]:
+    """A local node's name and held-out flag, after checking its classes and shape.
+
+    ``info`` holds the fields as the node sent them (``None``: left out).
+    """
+    got = as_text(_or(info.classes_hash, ""), CLASSES_HASH, limit=64)
     if got != local.classes_hash:
         raise ValueError(
             f"node mapped its labels through another class list (hash {got!r}, the run's "
             f"{local.classes_hash!r})"
         )
-    raw_shape = info.get("image-shape", [])
+    raw_shape = _or(info.image_shape, [])
     if not isinstance(raw_shape, list) or len(raw_shape) != 3:
         raise ValueError(f"image-shape must be three integers, got {raw_shape!r}"[:120])
-    shape = tuple(as_count(v, "image-shape", high=1 << 16) for v in raw_shape)
+    shape = tuple(as_count(v, IMAGE_SHAPE, high=1 << 16) for v in raw_shape)
     if shape != tuple(local.image_shape):
         raise ValueError(f"node's images are {shape}, the run's {tuple(local.image_shape)}")
-    name = as_text(info.get("name", ""), "name", limit=NAME_LIMIT)
-    return name, as_flag(info.get("held-out", False), "held-out")
+    name = as_text(_or(info.name, ""), NAME, limit=NAME_LIMIT)
+    return name, as_flag(_or(info.held_out, False), HELD_OUT)
+
+
+def _or(raw: Any, default: Any) -> Any:
+    return default if raw is None else raw
 
 
 def assign_local(

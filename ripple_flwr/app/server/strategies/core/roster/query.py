@@ -17,7 +17,19 @@ import numpy as np
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
-from ripple_flwr.app.protocol.messages import CONFIG, QUERY, query_config
+from ripple_flwr.app.protocol.messages import (
+    CONFIG,
+    DATA_SOURCE,
+    NUM_EXAMPLES,
+    NUM_PARTITIONS,
+    NUM_TEST_EXAMPLES,
+    PARTITION_ID,
+    QUERY,
+    SECONDS,
+    QueryReply,
+    query_config,
+    summary_array,
+)
 from ripple_flwr.app.server.strategies.core.replies.fields import (
     REPLY_ERRORS,
     as_count,
@@ -117,9 +129,9 @@ def validate_summary(record: RecordDict, kind: str, dim: int | None) -> np.ndarr
     """The summary vector of a query reply, or ``ValueError`` saying what is wrong with it."""
     if kind == "none":
         return None
-    if "summary" not in record.array_records or "phi" not in record.array_records["summary"]:
+    array = summary_array(record)
+    if array is None:
         raise ValueError(f"reply has no {kind} summary")
-    array = record.array_records["summary"]["phi"]
     # Before decoding: the bytes must fit the promised length (a header may claim 2**40 floats).
     if dim is not None and (
         tuple(array.shape) != (dim,) or len(array.data) > dim * 8 + NPY_HEADER_LIMIT
@@ -149,29 +161,36 @@ def _read_query_reply(
 
     Raises one of ``REPLY_ERRORS`` naming the field; never anything else.
     """
-    info = msg.content.config_records["info"]
+    reply = QueryReply.read(msg.content)  # every field as sent: checked here, one by one
     source = "benchmark" if local is None else "local"
-    got = as_text(info.get("data", "benchmark"), "data", limit=16)
+    got = as_text(_or(reply.data, "benchmark"), DATA_SOURCE, limit=16)
     if got != source:
         raise ValueError(f"node uses {got} data, the run {source} data")
-    n_node = as_count(info.get("num-partitions", num_partitions), "num-partitions")
+    n_node = as_count(_or(reply.num_partitions, num_partitions), NUM_PARTITIONS)
     if n_node != num_partitions:
         raise ValueError(f"node has num-partitions={n_node}, run has {num_partitions}")
     phi = validate_summary(msg.content, kind, dim)
     row = (
         nid,
-        as_count(info.get("num-examples", 0), "num-examples", low=0),  # 0: not reported
+        as_count(_or(reply.num_examples, 0), NUM_EXAMPLES, low=0),  # 0: not reported
         phi,
         message_nbytes(msg),
-        as_number(info.get("seconds", 0.0), "seconds", low=0.0, high=MAX_SECONDS),
+        as_number(_or(reply.seconds, 0.0), SECONDS, low=0.0, high=MAX_SECONDS),
         # Optional (0: not reported; the evaluation's own count is then used, within bounds).
-        as_count(info.get("num-test-examples", 0), "num-test-examples", low=0),
+        as_count(_or(reply.num_test_examples, 0), NUM_TEST_EXAMPLES, low=0),
     )
     if local is not None:
-        name, held_out = check_local_info(info, local)
+        name, held_out = check_local_info(reply.local, local)
         return row, -1, (name, nid, held_out, (*row, name))
-    pid = as_count(info["partition-id"], "partition-id", low=0, high=num_partitions - 1)
+    if reply.partition_id is None:
+        raise KeyError(PARTITION_ID)
+    pid = as_count(reply.partition_id, PARTITION_ID, low=0, high=num_partitions - 1)
     return (*row, ""), pid, None
+
+
+def _or(raw: Any, default: Any) -> Any:
+    """A reply's field as sent, or ``default`` where the reply left it out (``None``)."""
+    return default if raw is None else raw
 
 
 def query_round(
