@@ -17,6 +17,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ripple_flwr.runs.statistics import paired
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 
@@ -156,13 +158,21 @@ def points(a: dict[str, Any], b: dict[str, Any]) -> str:
     return f"{shown(a) - shown(b):.1f}"
 
 
-def overlap_text(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """`` (the intervals overlap)`` when both have an interval and they overlap."""
-    if a.get("sigma") is None or b.get("sigma") is None:
+def paired_of(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """``a`` minus ``b`` paired per seed, with its t 95% interval and verdict."""
+    return paired(a.get("per_seed", {}), b.get("per_seed", {}))
+
+
+def paired_text(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """`` (paired: +0.2 ± 0.3 points, t 95%, 2/3 seeds ahead: no clear winner)``, from ``a``'s
+    side; nothing below two common seeds (no interval)."""
+    p = paired_of(a, b)
+    if p["half"] is None:
         return ""
-    lo, hi = sorted((a, b), key=lambda s: s["mean"])
-    apart = hi["mean"] - 2 * hi["sigma"] > lo["mean"] + 2 * lo["sigma"]
-    return " (the intervals do not overlap)" if apart else " (the intervals overlap)"
+    return (
+        f" (paired per seed: {100 * p['mean']:+.1f} ± {100 * p['half']:.1f} points, t 95%, "
+        f"ahead at {p['wins']} of {p['n']} seeds: {p['verdict']})"
+    )
 
 
 def seeds_ahead(a: dict[str, Any], b: dict[str, Any]) -> tuple[int, int]:

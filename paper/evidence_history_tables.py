@@ -34,7 +34,7 @@ def cfl_rerun() -> str:
         [v for v in new[f"ari_p_{w}"]["per_seed"].values() if v is not None]
         for w in ("hard", "all")
     ]
-    agree = "overlap" in ev.overlap_text(new["final_accuracy"], old["final_accuracy"])
+    agree = ev.paired_of(new["final_accuracy"], old["final_accuracy"])["verdict"]
     return (
         f"- **CFL re-run on today's code** (made on {ev.machine(t)}, "
         f"{ev.seeds_text(t['seeds'])}, [table](results/table1_cfl_rerun_3seeds.md), summaries "
@@ -48,8 +48,8 @@ def cfl_rerun() -> str:
         "sitting whose summaries name no machine or commit; re-running the same seeds on the "
         "re-run's machine repeated the re-run exactly (that repeat is not committed). CFL's "
         "splits are discrete decisions on update norms, so a float difference between machines "
-        "moves a split round and the trajectory after it; the two versions' intervals "
-        + ("overlap" if agree else "do not overlap")
+        "moves a split round and the trajectory after it; the re-run against the earlier "
+        f"version, paired per seed: {agree}"
         + ", and the table keeps the earlier one. From `2dd3a1a` on, a run the script trains "
         "writes its machine and commit into its kept summary (`made_on`). Command: "
         "`ripple-tables table1 --methods cfl --out DIR --keep docs/results/runs/table1-cfl-rerun`."

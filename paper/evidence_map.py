@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from paper import evidence as ev
 from paper.evidence_table1 import TABLE1
+from ripple_flwr.runs.statistics import paired
 
 MAP = "heterogeneity_map.json"
 
@@ -77,12 +78,12 @@ def _verdict(rows: dict, margin: dict | None, metric: str) -> str:
             f"{ev.label(other)} {ev.cell(rows[other][metric])}, {ev.cell(flipped)} points over "
             "Ripple-Strat"
         )
+    p = paired(margin["per_seed"], {s: 0.0 for s in margin["per_seed"]})
     if n < 2 or sigma is None:
         clear = f" (seed {', '.join(margin['per_seed'])} only: no interval)"
-    elif abs(m) > 2 * sigma:
-        clear = " (outside the interval)"
     else:
-        clear = " (inside the interval: no clear winner)"
+        verdict = {"leads": "a lead", "trails": "a lead", "no clear winner": "no clear winner"}
+        clear = f" (paired t 95% interval ± {100 * p['half']:.1f}: {verdict[p['verdict']]})"
     return f"{_WHO[metric]}: {lead}{clear}"
 
 

@@ -85,11 +85,10 @@ def router_comparison() -> str:
                 cells["default (small)"]["final_accuracy"],
             )
             diff = ev.shown(a) - ev.shown(b)
-            ahead, of = ev.seeds_ahead(a, b)
             verdicts.append(
                 f"{ev.label(row)}: the paper's router is {abs(diff):.1f} points "
                 f"{'above' if diff > 0 else 'below' if diff < 0 else 'level with'} the default"
-                f"{ev.overlap_text(a, b)}, ahead at {ahead} of {of} seeds"
+                f"{ev.paired_text(a, b)}"
             )
     lines += [
         "",
@@ -110,10 +109,10 @@ def _decision(paper: dict[str, Any], small: dict[str, Any], report: dict[str, An
         and row in small["rows"]
         and ev.shown(paper["rows"][row]["final_accuracy"])
         > ev.shown(small["rows"][row]["final_accuracy"])
-        and "do not overlap"
-        in ev.overlap_text(
+        and ev.paired_of(
             paper["rows"][row]["final_accuracy"], small["rows"][row]["final_accuracy"]
-        )
+        )["verdict"]
+        == "leads"
     ]
     if better and len(better) == len(ROWS):
         return (

@@ -143,7 +143,7 @@ def lead(t: dict[str, Any]) -> str:
     oracle = ev.ordered(acc, ev.is_oracle)[0]
     text = (
         f"{ev.label(best)} leads with {ev.cell(acc[best])}, then {ev.label(second)} with "
-        f"{ev.cell(acc[second])}{ev.overlap_text(acc[best], acc[second])}; the better oracle, "
+        f"{ev.cell(acc[second])}{ev.paired_text(acc[best], acc[second])}; the better oracle, "
         f"{ev.label(oracle)}, scores {ev.cell(acc[oracle])}. The best baseline "
         f"is {ev.label(base, _k(rows[base]))} with {ev.cell(acc[base])}, "
         f"{ev.points(acc[best], acc[base])} "
@@ -231,7 +231,7 @@ def fesem_k10() -> str:
     """FeSEM at K = 10 beside the table's K = 2 row (inline)."""
     k10 = ev.load(FESEM_K10)["rows"]["fesem"]["final_accuracy"]
     k2 = ev.load(TABLE1)["rows"]["fesem"]["final_accuracy"]
-    return f"{ev.cell(k10)}%, beside the K = 2 row's {ev.cell(k2)}% (the intervals overlap)"
+    return f"{ev.cell(k10)}%, beside the K = 2 row's {ev.cell(k2)}%{ev.paired_text(k10, k2)}"
 
 
 def rotated() -> str:
