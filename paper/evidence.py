@@ -231,6 +231,27 @@ def machine(record: dict[str, Any]) -> str:
     return f"{where} at `{m.get('commit', '?')}`"
 
 
+def runs_made_on(folder: str) -> str:
+    """Where and at which commits a folder's kept runs were made, read from each summary's
+    ``made_on`` ("not recorded" for the summaries without one)."""
+    from collections import Counter
+
+    runs = [
+        path
+        for path in sorted((RESULTS / "runs" / folder).glob("*.json"))
+        if path.name.endswith(".json")
+    ]
+    made = Counter()
+    for path in runs:
+        m = json.loads(path.read_text()).get("made_on") or {}
+        made[(m.get("node"), m.get("commit"))] += 1
+    parts = [
+        f"{n} on {node} at `{commit}`" if node else f"{n} not recorded"
+        for (node, commit), n in sorted(made.items(), key=lambda kv: (kv[0][0] is None, -kv[1]))
+    ]
+    return f"its {len(runs)} runs were made: " + ", ".join(parts) if runs else "no kept runs"
+
+
 def summary_models(folder: str, row: str, **where: str) -> list[int]:
     """The model counts of one row's kept summaries (seed order of the files)."""
     found = [

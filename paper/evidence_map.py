@@ -34,8 +34,9 @@ def heterogeneity_map() -> str:
     )
     lines = [
         f"Fashion-MNIST, {d['base']['num-partitions']} clients, {d['rounds']} rounds, "
-        f"{ev.seeds_text(d['seeds'])}; made on {d['machine']['node']} at "
-        f"`{d['machine']['commit']}`. Ripple-Strat's margin over the best compared method "
+        f"{ev.seeds_text(d['seeds'])}; assembled on {d['machine']['node']} at "
+        f"`{d['machine']['commit']}`, {ev.runs_made_on('heterogeneity-map')}. "
+        "Ripple-Strat's margin over the best compared method "
         "(the oracle and Ripple-Unif not compared), points of accuracy, "
         f"{ev.interval(d['seeds'])}; {done} (every method's cell: "
         "[results/heterogeneity_map.md](results/heterogeneity_map.md)):",

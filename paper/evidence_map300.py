@@ -173,8 +173,9 @@ def contenders_at_300() -> str:
     head = (
         f"{d300['rounds']} rounds against the map's {d100['rounds']}, "
         f"{ev.seeds_text(d300['seeds'])} (both lengths over the same seeds), accuracy in %, "
-        f"{ev.interval(d300['seeds'])}; made on {d300['machine']['node']} at "
-        f"`{d300['machine']['commit']}`. The methods rerun per cell are those whose kept "
+        f"{ev.interval(d300['seeds'])}; assembled on {d300['machine']['node']} at "
+        f"`{d300['machine']['commit']}`, {ev.runs_made_on(KEPT300)}. "
+        "The methods rerun per cell are those whose kept "
         "summaries exist:"
     )
     kept = "; ".join(

@@ -53,7 +53,8 @@ def where(t: dict[str, Any], folder: str) -> str:
         f"paper's CNN, K = {t['num_components']}, **{t['rounds']} rounds, "
         f"{ev.seeds_text(t['seeds'])}**; final personalised accuracy (%, mean of the last "
         f"three evaluations; {ev.interval(t['seeds'])}). "
-        f"{ev.PAPER}: {t['dataset']} at {t['rounds']} rounds. Made on {ev.machine(t)}."
+        f"{ev.PAPER}: {t['dataset']} at {t['rounds']} rounds. Table assembled on "
+        f"{ev.machine(t)}; {ev.runs_made_on(folder)}."
     )
 
 
