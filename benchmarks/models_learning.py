@@ -44,7 +44,7 @@ def main() -> None:
             r = train_local(
                 model, data.images[train], data.labels[train], epochs=1, seed=epoch, device=device
             )
-            losses.append(r["train_loss"])
+            losses.append(r["mean_loss"])
             accs.append(
                 evaluate_model(model, data.images[test], data.labels[test], device=device)[
                     "accuracy"

@@ -34,7 +34,7 @@ def test_training_lowers_the_loss() -> None:
     after = evaluate_model(model, x, y)
     assert result["num_examples"] == 64
     assert result["steps"] == 5 * 4
-    assert np.isfinite(result["train_loss"])
+    assert np.isfinite(result["mean_loss"])
     assert after["loss"] < 0.5 * before["loss"]
     assert after["accuracy"] == 1.0
 
@@ -95,7 +95,7 @@ def test_lone_trailing_example_joins_the_last_batch() -> None:
     assert out["steps"] == 2  # batches of 8 and 9
     x28, y28 = _two_patterns(n=3)
     assert train_local(_cnn(), x28, y28, epochs=1, batch_size=1)["steps"] == 3  # no folding
-    assert np.isfinite(out["train_loss"])
+    assert np.isfinite(out["mean_loss"])
 
 
 @pytest.mark.parametrize(

@@ -175,7 +175,7 @@ def test_every_model_learns_mnist_with_the_apps_training_loop(name: str) -> None
     losses = [
         train_local(
             model, data.images[train], data.labels[train], epochs=1, seed=epoch, batch_size=batch
-        )["train_loss"]
+        )["mean_loss"]
         for epoch in range(epochs)
     ]
     after = evaluate_model(model, data.images[test], data.labels[test])

@@ -130,7 +130,7 @@ class RuleClients:
                 {
                     "arrays": state_to_record(get_state(model)),
                     "metrics": MetricRecord(
-                        {"num-examples": N_EXAMPLES, "train_loss": float(stats["train_loss"])}
+                        {"num-examples": N_EXAMPLES, "train_loss": float(stats["mean_loss"])}
                     ),
                 }
             )

@@ -152,7 +152,7 @@ def train_local(
                     steps += 1
     finally:
         model.train(was_training)
-    return {"train_loss": float(total) / steps, "num_examples": n, "steps": steps}
+    return {"mean_loss": float(total) / steps, "num_examples": n, "steps": steps}
 
 
 def evaluate_model(

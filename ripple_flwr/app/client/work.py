@@ -174,7 +174,7 @@ def train_client(
     )
     metrics = {
         NUM_EXAMPLES: int(stats["num_examples"]),
-        TRAIN_LOSS: float(stats["train_loss"]),
+        TRAIN_LOSS: float(stats["mean_loss"]),
     }
     return get_state(model), metrics, reply_extras
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ripple_flwr.app.protocol.messages import TRAIN_LOSS
 from ripple_flwr.runs.results import tail_mean
 from ripple_flwr.settings import RunSettings
 
@@ -89,7 +90,8 @@ def results_record(
         "num_models": strategy.num_models,
         "final_accuracy_weighting": settings.evaluation.headline_weighting,
         "zero_shot_accuracy": (zero_shot.get("accuracy") or {}).get(score),
-        "train_loss_per_round": {str(r["round"]): r["train_loss"] for r in record["rounds"]},
+        # A round's record keeps the mean training loss under the reply's own key.
+        "train_loss_per_round": {str(r["round"]): r[TRAIN_LOSS] for r in record["rounds"]},
         "bytes_per_round": {
             str(r["round"]): {"down": r["bytes_down"], "up": r["bytes_up"]}
             for r in record["rounds"]
