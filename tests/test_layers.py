@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "data": {"settings", "io"},
     "wst": set(),
     "aggregation": set(),
-    "training": {"settings"},
+    "training": {"settings", "io"},  # io: the safe torch.load (ripple_flwr.io.torch_files)
     "privacy": {"data"},
     "router": {"settings", "io", "data", "wst", "training"},
     "runs": BELOW_RUNS,

@@ -441,3 +441,63 @@ def test_cli_cuda_is_checked_before_loading(tmp_path, capsys, monkeypatch, nothi
     for good in ("cuda:0", "cuda", "auto", "cpu"):  # past the check: the run is what is read
         with pytest.raises(AssertionError, match="saved run was loaded"):
             onboard.main([*argv, good])
+
+
+# -- images the router does not recognise (issue 45) ----------------------------------------
+def unlike_the_training_data(world) -> dict[str, np.ndarray]:
+    """Client images no synthetic client looks like: white-background digits and noise."""
+    digits = images_of(world, 0)
+    noise = np.random.default_rng(0).random(digits.shape, dtype=np.float32)
+    return {"inverted": (1.0 - digits).astype(np.float32), "noise": noise}
+
+
+def test_a_fallback_to_uniform_weights_says_why(world, onboarder):
+    assert onboarder.onboard(images_of(world, 0)).fallback is None
+    odd = unlike_the_training_data(world)
+    for images in odd.values():
+        result = onboarder.onboard(images)
+        assert "outside the router's domain" in result.fallback
+        np.testing.assert_array_equal(result.weights, np.full(4, 0.25))
+    many = onboarder.onboard_many([images_of(world, 0), *odd.values()])
+    assert [m.fallback is None for m in many] == [True, False, False]
+
+
+def test_cli_warns_of_a_fallback_and_strict_refuses_it(world, saved_run, tmp_path, capsys):
+    for name, images in unlike_the_training_data(world).items():
+        npy = tmp_path / f"{name}.npy"
+        np.save(npy, images)
+        assert onboard.main([str(saved_run), "--images", str(npy)]) == 0
+        captured = capsys.readouterr()
+        report = json.loads(captured.out)
+        reason = report["fallback"]["reason"]
+        assert "outside the router's domain" in reason and "routed uniformly" in reason
+        assert report["weights"] == [0.25] * 4
+        (warning,) = captured.err.strip().splitlines()
+        assert warning.startswith("warning: the router does not recognise the images")
+        assert reason in warning and "--strict" in warning
+        out = tmp_path / f"{name}-strict.pt"
+        argv = [str(saved_run), "--images", str(npy), "--out", str(out), "--strict"]
+        assert onboard.main(argv) == 2
+        line = one_line(capsys)
+        assert line.startswith("error: the router does not recognise the images"), line
+        assert reason in line and "drop --strict" in line
+        assert not out.exists()  # refused: no model written
+    good = tmp_path / "good.npy"
+    np.save(good, images_of(world, 0))
+    assert onboard.main([str(saved_run), "--images", str(good), "--strict"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "fallback" not in json.loads(captured.out)
+
+
+@pytest.mark.parametrize("flag", ["--out", "--json"])
+def test_cli_output_under_a_file_is_one_line_before_loading(flag, tmp_path, capsys, nothing_loaded):
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("a file, not a folder")
+    target = blocker / "sub" / "x.out"
+    argv = [str(tmp_path / "run.pt"), "--images", str(tmp_path / "x.npy"), flag, str(target)]
+    assert onboard.main(argv) == 2
+    line = one_line(capsys)
+    assert line == (
+        f"error: {flag}: cannot write to {target} ({blocker} is a file, not a folder); "
+        "choose another path"
+    )

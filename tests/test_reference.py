@@ -155,9 +155,10 @@ def test_the_map_advice_names_the_leader_and_says_when_the_seeds_do_not_agree():
     loss = {"best_other": "fedyogi", "mean": -0.05, "sigma": 0.01, "n": 3, "per_seed": seeds}
     text = _verdict(rows, loss, "final_accuracy")
     assert text.startswith("training clients: FedYogi 85.0") and "over Ripple-Strat" in text
-    assert "(outside the interval)" in text
-    unsure = _verdict(rows, {**loss, "sigma": 0.04}, "final_accuracy")
-    assert "(inside the interval: no clear winner)" in unsure
+    assert text.endswith(": a lead)")  # paired t 95% interval excludes 0
+    noisy = {"42": -0.10, "7": 0.03, "123": -0.08}
+    unsure = _verdict(rows, {**loss, "sigma": 0.07, "per_seed": noisy}, "final_accuracy")
+    assert unsure.endswith(": no clear winner)")
     win = _verdict(rows, {**loss, "mean": 0.05}, "final_accuracy")
     assert win.startswith("training clients: Ripple-Strat 80.0") and "over FedYogi" in win
     one = _verdict(

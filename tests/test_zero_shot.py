@@ -289,3 +289,27 @@ def test_rotated_domains_are_found_before_round_one(tmp_path):
     # The four rotations are all present among those clients.
     hard = fed.mixtures.max(axis=1) >= 0.9
     assert len(set(fed.mixtures[hard].argmax(1))) == 4
+
+
+class FarRouter:
+    """A router that does not recognise partition 4's summary: it routes it 1/K, and says why."""
+
+    name, needs, num_components, input_dim = "far", "none", 2, None
+
+    def route_with_reasons(self, features):
+        return np.full((1, 2), 0.5), ["embedding outside the router's domain: routed uniformly"]
+
+
+def test_the_zero_shot_record_names_new_clients_routed_uniformly():
+    strategy, grid, _ = toy(best_by_loss=False)
+    strategy.start(grid, state_to_record(STATE), num_rounds=3)
+    plain = onboard_new_clients(strategy, grid)
+    assert "routed_uniformly" not in plain  # in-domain clients: the record is as before
+    strategy, grid, _ = toy(best_by_loss=False)
+    strategy.start(grid, state_to_record(STATE), num_rounds=3)
+    strategy.fixed_weights, strategy.router = None, FarRouter()  # routed from here on
+    rec = onboard_new_clients(strategy, grid)
+    reason = "embedding outside the router's domain: routed uniformly"
+    assert rec["routed_uniformly"] == [{"partition": 4, "reason": reason}]
+    assert set(plain) | {"routed_uniformly"} == set(rec)
+    np.testing.assert_array_equal(strategy.new_weights, [[0.5, 0.5]])

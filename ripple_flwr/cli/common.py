@@ -1,6 +1,8 @@
-"""What both command-line tools share: one-line usage errors and the ``--device`` check.
+"""What the command-line tools share: one-line usage errors, the ``--device`` check and the
+output-path check (:func:`~ripple_flwr.io.paths.check_output_path`, in ``io`` so that the
+experiment runners can use it too).
 
-Both run a check on their options before any work (no file read, no model built), and a
+They run a check on their options before any work (no file read, no model built), and a
 bad option ends in one line on stderr, exit status 2.
 """
 
@@ -8,6 +10,17 @@ from __future__ import annotations
 
 import argparse
 import re
+
+from ripple_flwr.io.paths import OutputPathError, check_output_path
+
+__all__ = [
+    "DEVICES",
+    "OneLineParser",
+    "OutputPathError",
+    "UsageError",
+    "check_device",
+    "check_output_path",
+]
 
 
 class UsageError(ValueError):

@@ -8,6 +8,12 @@ theta = sum_c w_c theta_c is written to a file. No training, no gradient.
 Prints one JSON line: run, num_images, weights, model_weights,
 top_component, model (the written file) and ms (summary + route + mix).
 
+When the router does not recognise the images (their embedding lies outside
+the domain it was trained on: e.g. inverted digits, noise, another dataset),
+it routes them uniformly, w = 1/K: a warning with its reason goes to stderr
+and the JSON line carries "fallback": {"reason": ...}. With --strict that is
+an error instead (one line, exit status 2, no model written).
+
 example:
     python onboard.py outputs/ripple-ripple-seed0.run.pt --images client.npy \\
         --out client.model.pt --json client.onboard.json
@@ -23,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ripple_flwr.cli.common import DEVICES, OneLineParser, check_device
+from ripple_flwr.cli.common import DEVICES, OneLineParser, check_device, check_output_path
 from ripple_flwr.runs.onboarding import Onboarder, save_model
 
 
@@ -54,6 +60,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--json", default=None, help="also write the JSON report to this file")
     p.add_argument("--device", default="cpu", help=f"torch device: {DEVICES} (default: cpu)")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse (exit status 2, no model written) when the router does not recognise "
+        "the images and would route them uniformly (w = 1/K); without it: a warning",
+    )
     return p.parse_args(argv)
 
 
@@ -105,6 +117,7 @@ def check_outputs(args: argparse.Namespace, out: Path) -> None:
             raise ValueError(f"{flag} {path} is {inputs[path]}; write the output elsewhere")
         if path.is_dir():
             raise ValueError(f"{flag} {path} is a folder; name a file")
+        check_output_path(path, flag)  # e.g. under a file: --out notes.txt/client.pt
     if len(outputs) == 2 and outputs[0][1] == outputs[1][1]:
         raise ValueError(f"--out and --json are the same file {out}; give them different names")
 
@@ -124,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         result = onboarder.onboard(images)
         ms = (time.perf_counter() - t0) * 1000.0
+        if result.fallback is not None and args.strict:
+            raise ValueError(
+                f"the router does not recognise the images {images_path}: {result.fallback} "
+                "(w = 1/K); check they are like the run's training data (same dataset, "
+                "background and scaling), or drop --strict to accept the uniform mix"
+            )
         written = save_model(out, result, onboarder.run)
         report = {
             "run": str(args.run),
@@ -135,6 +154,14 @@ def main(argv: list[str] | None = None) -> int:
             "model": str(written),
             "ms": round(ms, 3),
         }
+        if result.fallback is not None:
+            report["fallback"] = {"reason": result.fallback}
+            print(
+                f"warning: the router does not recognise the images {images_path}: "
+                f"{result.fallback}, so w = 1/K and top_component means nothing; check they "
+                "are like the run's training data (--strict makes this an error)",
+                file=sys.stderr,
+            )
         line = json.dumps(report)
         if args.json:
             path = Path(args.json).expanduser()

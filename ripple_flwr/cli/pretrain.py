@@ -304,6 +304,20 @@ def _check_writable(path: Path, option: str, *, folder: bool = False) -> None:
         ) from err
 
 
+def _one_class(aux_data: str, classes: tuple[str, ...]) -> None:
+    """Refuse server files of a single class: the clusters need at least two."""
+    name = classes[0] if classes else "?"
+    if (Path(aux_data).expanduser() / name).is_dir():
+        raise UsageError(
+            f"--aux-data {aux_data} has one class folder ({name}); at least 2 are needed "
+            "(the router learns clusters of classes): add a folder of images per other class"
+        )
+    raise UsageError(
+        f"--aux-data {aux_data} holds images of one class ({name}); at least 2 are needed "
+        "(the router learns clusters of classes): add labelled images of other classes"
+    )
+
+
 def _check_data(a: argparse.Namespace) -> None:
     """Options that depend on the dataset: J vs the image, D_aux vs the labels and the pool."""
     source = f"--aux-data {a.aux_data}" if a.aux_data else f"--dataset {a.dataset}"
@@ -312,12 +326,16 @@ def _check_data(a: argparse.Namespace) -> None:
             dataset = aux_source(settings_from_args(a))
         else:
             dataset = load_dataset(a.dataset, a.data_root, image_size=a.image_size)
-    except (OSError, ValueError) as err:
-        raise UsageError(f"{source}: {' '.join(str(err).split())}") from err
+    except (OSError, ValueError, RuntimeError) as err:  # RuntimeError: torchvision's files
+        message = " ".join(str(err).split()).replace("the `root` argument", "--data-root")
+        message = message.replace(" You can use download=True to download it", "")
+        raise UsageError(f"{source}: {message}") from err
     try:
         cluster, _ = dataset.cluster_labels(a.label_kind)
     except ValueError as err:
         raise UsageError(f"--label-kind {a.label_kind}: {err}") from err
+    if a.aux_data and len(np.unique(cluster)) < 2:
+        _one_class(a.aux_data, dataset.classes)
     shape = tuple(dataset.image_shape)
     side = cli_embed_size(a)
     try:

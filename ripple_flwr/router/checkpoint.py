@@ -17,6 +17,7 @@ import torch
 
 from ripple_flwr.io.checks import FileCheck
 from ripple_flwr.io.integrity import HASH_KEY, seal, verify
+from ripple_flwr.io.torch_files import load_weights_only
 from ripple_flwr.router.routers import GMMVAERouter, MeanUnmixingRouter
 from ripple_flwr.router.vae import GMMVAE, GMMVAEConfig
 
@@ -151,13 +152,7 @@ def load_checkpoint(
         raise FileNotFoundError(
             f"GMM-VAE checkpoint {path} not found; run `python pretrain_vae.py --output {path}`"
         )
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for corrupt or unsafe files
-        raise ValueError(
-            f"cannot read GMM-VAE checkpoint {path}: it is corrupted, truncated or not a torch "
-            f"file ({err}); {recreate}"
-        ) from err
+    payload = load_weights_only(path, "GMM-VAE checkpoint", recreate)
     if not isinstance(payload, dict):
         raise ValueError(f"{path} is not a ripple-flwr GMM-VAE checkpoint (not a dict)")
     for key in ("state_dict", "component_means", "vae_config", "settings"):

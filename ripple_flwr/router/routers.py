@@ -133,11 +133,27 @@ class MeanUnmixingRouter:
         return cls(np.stack([flat[components == c].mean(axis=0) for c in range(k)]))
 
     def route(self, features: np.ndarray) -> np.ndarray:
+        return self.route_with_reasons(features)[0]
+
+    def route_with_reasons(self, features: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
+        """:meth:`route`, and for each client why it was routed uniformly (``None``: it was not).
+
+        A mean image that no non-negative mix of the components' means approaches (NNLS
+        weights all 0, e.g. an all-black mean) gets w = 1/K.
+        """
         x = _as_batch(features, self.input_dim, "client mean image")
         basis = self.component_means.T
         w = np.stack([nnls(basis, row.astype(np.float64))[0] for row in x])
         sums = w.sum(axis=1, keepdims=True)
-        return np.where(sums > 0, w / np.where(sums > 0, sums, 1.0), 1.0 / self.num_components)
+        w = np.where(sums > 0, w / np.where(sums > 0, sums, 1.0), 1.0 / self.num_components)
+        reasons: list[str | None] = [
+            None
+            if s > 0
+            else "mean image is no non-negative mix of the components' mean images (all NNLS "
+            "weights 0): routed uniformly"
+            for s in sums[:, 0]
+        ]
+        return w, reasons
 
 
 class UniformRouter:

@@ -31,6 +31,7 @@ from ripple_flwr.aggregation.descriptors import (
 )
 from ripple_flwr.aggregation.hdb import collapse_weights
 from ripple_flwr.aggregation.mixing import mix_model, mix_stacked, unstack
+from ripple_flwr.io.torch_files import load_weights_only
 from ripple_flwr.router.checkpoint import load_checkpoint
 from ripple_flwr.router.pretrain import resolve_device
 from ripple_flwr.runs.saved_runs import SavedRun, file_sha256, load_run
@@ -50,13 +51,16 @@ class Onboarding:
     ``summary``: what the client sends (Phi or its mean image; None for router
     ``none``); ``weights``: the router's (K,) output; ``model_weights``: the
     (M,) mixing weights after the component map (== ``weights`` without one);
-    ``state``: the personalised model theta_new.
+    ``state``: the personalised model theta_new; ``fallback``: why the router did not read
+    the summary and gave the uniform w = 1/K instead (e.g. an embedding outside its domain:
+    images unlike any it was trained on), ``None`` when it routed normally.
     """
 
     summary: np.ndarray | None
     weights: np.ndarray
     model_weights: np.ndarray
     state: dict[str, np.ndarray]
+    fallback: str | None = None
 
 
 def _setting(settings: Mapping[str, Any], fallback: Mapping[str, Any], key: str) -> Any:
@@ -221,6 +225,17 @@ class Onboarder:
     def route(self, summaries: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """``(B, F)`` summaries -> weights ``(B, K)`` and model weights ``(B, M)``.
 
+        :meth:`route_with_reasons` also says which clients the router fell back on 1/K for.
+        """
+        weights, model_weights, _ = self.route_with_reasons(summaries)
+        return weights, model_weights
+
+    def route_with_reasons(
+        self, summaries: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+        """``(B, F)`` summaries -> weights ``(B, K)``, model weights ``(B, M)`` and, per
+        client, why the router routed it uniformly (``None``: it read the summary).
+
         One batched forward pass of the router. For router ``none`` the
         summaries are ignored (pass None for one client, or any ``(B, ...)``
         array) and every weight is 1. A FLUX run (router ``descriptor``) gives
@@ -228,21 +243,27 @@ class Onboarder:
         label-free descriptor, as the run assigned its own new clients.
         """
         if self._describer is not None:
-            return self._nearest(summaries)
+            weights, model_weights = self._nearest(summaries)
+            return weights, model_weights, [None] * len(weights)
         if self.router is None:
             b = 1 if summaries is None else len(summaries)
             ones = np.ones((b, 1), dtype=np.float64)
-            return ones, ones.copy()
+            return ones, ones.copy(), [None] * b
         if summaries is None:
             raise ValueError(f"router {self.run.router!r} needs the clients' summaries")
         x = np.asarray(summaries, dtype=np.float32)
         if x.ndim == 1:
             x = x[None]
+        both = getattr(self.router, "route_with_reasons", None)
         with torch.no_grad():
-            weights = np.asarray(self.router.route(x), dtype=np.float64)
+            if both is None:  # a router without a domain check
+                weights, reasons = self.router.route(x), [None] * len(x)
+            else:
+                weights, reasons = both(x)
+        weights = np.asarray(weights, dtype=np.float64)
         if self._map is None:
-            return weights, weights.copy()
-        return weights, collapse_weights(weights, self._map, self.run.num_models)
+            return weights, weights.copy(), list(reasons)
+        return weights, collapse_weights(weights, self._map, self.run.num_models), list(reasons)
 
     def _nearest(self, summaries: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         if summaries is None:
@@ -265,8 +286,11 @@ class Onboarder:
     def onboard(self, images: np.ndarray) -> Onboarding:
         """One new client, end to end: summary, one router pass, one mix."""
         summary = self.summarise(images)
-        weights, model_weights = self.route(None if summary is None else summary[None])
-        return Onboarding(summary, weights[0], model_weights[0], self._mix_one(model_weights[0]))
+        weights, model_weights, reasons = self.route_with_reasons(
+            None if summary is None else summary[None]
+        )
+        state = self._mix_one(model_weights[0])
+        return Onboarding(summary, weights[0], model_weights[0], state, reasons[0])
 
     def onboard_many(self, clients: Sequence[np.ndarray]) -> list[Onboarding]:
         """Several clients: a summary each, one batched router pass, one batched mix."""
@@ -279,18 +303,16 @@ class Onboarder:
         if not summaries:
             return []
         if self.run.router == "none":
-            weights, model_weights = self.route(np.zeros((len(summaries), 0)))
+            weights, model_weights, reasons = self.route_with_reasons(np.zeros((len(summaries), 0)))
             states = [self._mix_one(model_weights[0]) for _ in summaries]
         elif self._describer is not None:
-            weights, model_weights = self.route(np.stack(summaries))
+            weights, model_weights, reasons = self.route_with_reasons(np.stack(summaries))
             states = [self._mix_one(w) for w in model_weights]
         else:
-            weights, model_weights = self.route(np.stack(summaries))
+            weights, model_weights, reasons = self.route_with_reasons(np.stack(summaries))
             states = unstack(mix_stacked(model_weights, self.run.cluster_states))
-        return [
-            Onboarding(s, w, mw, st)
-            for s, w, mw, st in zip(summaries, weights, model_weights, states, strict=True)
-        ]
+        rows = zip(summaries, weights, model_weights, states, reasons, strict=True)
+        return [Onboarding(s, w, mw, st, r) for s, w, mw, st, r in rows]
 
     def build_model(self, state: Mapping[str, np.ndarray]) -> torch.nn.Module:
         """The run's architecture with ``state`` loaded, in eval mode, on this device."""
@@ -332,7 +354,8 @@ def load_model(path: str | Path, device: str = "cpu") -> torch.nn.Module:
     path = Path(path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"model file {path} not found")
-    payload = torch.load(path, map_location="cpu", weights_only=True)
+    fix = f"re-create it with `python onboard.py <run.pt> --images <images> --out {path}`"
+    payload = load_weights_only(path, "onboarded model", fix)
     model = build_model(
         payload["model"],
         tuple(payload["image_shape"]),

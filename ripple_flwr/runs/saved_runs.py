@@ -37,6 +37,7 @@ import torch
 from ripple_flwr.io.checks import FileCheck
 from ripple_flwr.io.integrity import HASH_KEY, IntegrityError, seal, verify
 from ripple_flwr.io.jsonable import to_jsonable
+from ripple_flwr.io.torch_files import load_weights_only
 
 __all__ = [
     "SAVED_RUN_VERSION",
@@ -286,13 +287,7 @@ def load_run(path: str | Path, *, allow_unverified: bool = False) -> SavedRun:
     path = Path(path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"saved run {path} not found; {_HOW_TO_GET_ONE}")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for corrupt or unsafe files
-        raise ValueError(
-            f"cannot read saved run {path}: it is corrupted, truncated or not a torch file "
-            f"({err}); {_RECREATE}"
-        ) from err
+    payload = load_weights_only(path, "saved run", _RECREATE)
     if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
         hint = ""
         if isinstance(payload, dict) and "vae_config" in payload:

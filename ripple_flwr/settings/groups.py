@@ -30,6 +30,9 @@ REFINES: tuple[str, ...] = get_args(Refine)
 CLIENT_DATAS: tuple[str, ...] = get_args(ClientData)
 TRACKERS: tuple[str, ...] = get_args(Tracker)
 ROTATED_PREFIX = "rotated-"
+# The largest Dirichlet concentration (alpha, alpha-new): Dir(1e6) mixtures are uniform to
+# about 0.1 %, IID in effect; far larger ones (1e308) overflow numpy's sampler.
+MAX_ALPHA = 1e6
 
 
 def base_dataset_name(name: str) -> str:
@@ -104,7 +107,11 @@ class DataSettings(_Group):
         0, "held-out clients onboarded zero-shot after training", low=0, high=1_000_000
     )
     alpha_new: float = option(
-        1.0, "Dirichlet concentration of the new clients (alpha_test)", low=0, low_open=True
+        1.0,
+        "Dirichlet concentration of the new clients (alpha_test; 1e6 = IID in effect)",
+        low=0,
+        high=MAX_ALPHA,
+        low_open=True,
     )
     partition_size: int = option(200, "images per client (train + test)", low=2, high=10_000_000)
     new_partition_size: int = option(
@@ -122,7 +129,11 @@ class DataSettings(_Group):
         high=1000,
     )
     alpha: float = option(
-        0.1, "Dirichlet concentration of the client mixtures", low=0, low_open=True
+        0.1,
+        "Dirichlet concentration of the client mixtures (1e6 = IID in effect)",
+        low=0,
+        high=MAX_ALPHA,
+        low_open=True,
     )
     aux_size: int = option(
         1000, "the server's labelled auxiliary set D_aux", low=1, high=10_000_000

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import Field, dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin, get_type_hints
@@ -107,6 +109,32 @@ class Option:
     def of(self, settings: RunSettings) -> Any:
         """This option's value in ``settings`` (its default where the run did not set it)."""
         return settings.options.get(self.key, self.default)
+
+
+REFERENCE_PAGE = "docs/configuration.md"
+
+
+def unknown_keys_message(unknown: Iterable[str], known: Sequence[str]) -> str:
+    """One line for run-config keys nobody declares: each with its nearest known key.
+
+    ``unknown run-config key 'alpah': did you mean 'alpha'? (every key, with its range:
+    docs/configuration.md)``; the known keys are not listed (there are over a hundred).
+    """
+    names = sorted(dict.fromkeys(str(k) for k in unknown))
+    near: dict[str, str] = {}
+    for name in names:
+        dashed = name.replace("_", "-")
+        close = [dashed] if dashed in known else difflib.get_close_matches(name, known, n=1)
+        if close:
+            near[name] = close[0]
+    where = f"every key, with its range: {REFERENCE_PAGE}"
+    if len(names) == 1:
+        (name,) = names
+        if name in near:
+            return f"unknown run-config key {name!r}: did you mean {near[name]!r}? ({where})"
+        return f"unknown run-config key {name!r} ({where})"
+    parts = [f"{n!r}" + (f" (did you mean {near[n]!r}?)" if n in near else "") for n in names]
+    return f"unknown run-config keys {', '.join(parts)}; {where}"
 
 
 def _num(v: float) -> str:

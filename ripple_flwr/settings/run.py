@@ -24,7 +24,13 @@ from ripple_flwr.settings.groups import (
     RobustnessSettings,
     TrainingSettings,
 )
-from ripple_flwr.settings.options import ConfigError, Option, field_option, option
+from ripple_flwr.settings.options import (
+    ConfigError,
+    Option,
+    field_option,
+    option,
+    unknown_keys_message,
+)
 
 
 @dataclass(frozen=True)
@@ -127,10 +133,7 @@ class RunSettings:
             else:
                 unknown.append(key)
         if unknown:
-            raise ConfigError(
-                f"unknown run-config key(s) {', '.join(sorted(unknown))}; known: "
-                + ", ".join([*_FIELD_OPTIONS, *declared])
-            )
+            raise ConfigError(unknown_keys_message(unknown, [*_FIELD_OPTIONS, *declared]))
         for o in declared.values():
             extra.setdefault(o.key, o.default)
         return cls.of(options=extra, **values)

@@ -45,6 +45,8 @@ import torch
 from torch import nn
 from torchvision.models.resnet import BasicBlock, ResNet
 
+from ripple_flwr.io.torch_files import load_weights_only
+
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
@@ -200,10 +202,13 @@ def _sha256(path: Path) -> str:
 
 
 def _read(path: Path) -> dict[str, torch.Tensor]:
-    try:
-        state = torch.load(path, weights_only=True, map_location="cpu")
-    except Exception as err:  # noqa: BLE001 - unpickling errors have many types
-        raise ValueError(f"cannot read the resnet18 ImageNet weights {path}: {err}") from err
+    state = load_weights_only(
+        path,
+        "the resnet18 ImageNet weights",
+        f"download torchvision's {RESNET18_FILE} ({RESNET18_URL}) to {path} again, or set "
+        "pretrained-weights=<file>",
+        kind=f"resnet18 weights ({RESNET18_FILE})",
+    )
     if not isinstance(state, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
     ):

@@ -32,6 +32,10 @@ def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
     With ``best-by-loss`` every model the server holds is also scored on each
     new client and the one with the lowest loss kept: the oracle advantage
     the paper gives baselines, recorded beside the zero-shot score.
+
+    A new client the router did not recognise (its summary outside the router's
+    domain) got the uniform w = 1/K: ``routed_uniformly`` lists those, each as
+    ``{"partition", "reason"}``; the key is there only when one was.
     """
     s = strategy.settings
     last = strategy.num_rounds
@@ -47,9 +51,12 @@ def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
             "new-clients=%d but no new client answered; no zero-shot score", s.data.new_clients
         )
         return rec
+    flagged = getattr(strategy, "out_of_domain", None)  # Ripple's: clients routed 1/K, and why
+    seen = len(flagged) if isinstance(flagged, list) else 0
     t0 = time.perf_counter()
     payloads = strategy.onboard_payloads(new)
     server_seconds = time.perf_counter() - t0
+    uniform = _routed_uniformly(flagged, seen, new.partition_ids)
     if payloads is None:
         log.info("%s has no zero-shot model for new clients", type(strategy).__name__)
         rec["supported"] = False
@@ -68,6 +75,15 @@ def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
             "evaluation_seconds": time.perf_counter() - t0,
         }
     )
+    if uniform:
+        rec["routed_uniformly"] = uniform
+        log.warning(
+            "zero-shot: %d of %d new clients routed uniformly (w = 1/K): the router did not "
+            "recognise their data (partitions %s)",
+            len(uniform),
+            len(new),
+            ", ".join(str(u["partition"]) for u in uniform),
+        )
     log.info(
         "zero-shot: %d new clients, personalised accuracy %.4f (weighted mean), "
         "%.1f ms to onboard one client (embedding %.1f ms + routing and mixing %.2f ms)",
@@ -87,3 +103,15 @@ def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
         )
     rec.update(strategy.zero_shot_extras())
     return rec
+
+
+def _routed_uniformly(flagged: Any, seen: int, new_ids: Any) -> list[dict[str, Any]]:
+    """The new clients the router flagged while onboarding them (entries after ``seen``)."""
+    if not isinstance(flagged, list):
+        return []
+    ids = {int(p) for p in new_ids}
+    return [
+        {"partition": int(f["partition"]), "reason": str(f["reason"])}
+        for f in flagged[seen:]
+        if int(f["partition"]) in ids
+    ]
