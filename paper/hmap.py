@@ -35,6 +35,7 @@ from ripple_flwr.experiments.compose import PlanError, compose, defined_by
 from ripple_flwr.experiments.launch import (
     add_execution_flags,
     add_set_flag,
+    check_outputs,
     make_runner,
     prepare_server_env,
 )
@@ -293,6 +294,7 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     """Run (or read) the map; Markdown, the margin figure and one JSON line."""
     p = build_parser()
     args = p.parse_args(argv)
+    check_outputs(args, p)
     for flag in ("rounds", "eval_every"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be >= 1")

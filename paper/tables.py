@@ -58,6 +58,7 @@ from ripple_flwr.experiments.compose import PlanError
 from ripple_flwr.experiments.launch import (
     add_execution_flags,
     add_set_flag,
+    check_outputs,
     make_runner,
     prepare_server_env,
 )
@@ -228,6 +229,7 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     """Build one table; ``train`` (tests) replaces the one-process run of one run config."""
     p = build_parser()
     args = parse(argv, p)
+    check_outputs(args, p)
     out = Path(args.out or tempfile.mkdtemp(prefix=f"ripple-{args.table}-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     args.plot = args.plot or str(out / f"{args.table}.png")

@@ -166,3 +166,13 @@ def test_the_paper_commands_outside_a_checkout_say_where_they_run(command, tmp_p
         f"{name} runs from a source checkout of ripple-flwr (cd into it); "
         "the installed package holds the sweep engine (ripple-sweep)"
     ]
+
+
+@pytest.mark.parametrize("flag", ["--out", "--keep", "--json", "--md"])
+def test_an_output_under_a_file_is_refused_naming_the_flag(tmp_path, capsys, flag):
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("mine")
+    argv = ["table1", "--methods", "fedavg", "--out", str(tmp_path / "o"), flag]
+    err = refused(tables.main, [*argv, str(blocker / "sub")], capsys)
+    assert flag in err and "notes.txt" in err and "Traceback" not in err
+    assert blocker.read_text() == "mine"

@@ -19,6 +19,7 @@ from ripple_flwr.settings import CACHE_DIR_ENV, TRACKERS
 __all__ = [
     "add_execution_flags",
     "add_set_flag",
+    "check_outputs",
     "execution_from",
     "make_runner",
     "prepare_server_env",
@@ -80,6 +81,23 @@ def add_execution_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--tracker-dir", default="", help="the tracker's store (default: <out>/tracking)"
     )
+
+
+# The output flags of the table, map and sweep commands: (flag, a folder?).
+OUTPUT_FLAGS = (("out", True), ("keep", True), ("md", False), ("json", False), ("plot", False))
+
+
+def check_outputs(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
+    """Every output flag given is writable, before any work; else one line naming it."""
+    from ripple_flwr.io.paths import OutputPathError, check_output_path
+
+    for name, folder in OUTPUT_FLAGS:
+        value = getattr(args, name, None)
+        if value:
+            try:
+                check_output_path(value, f"--{name}", folder=folder)
+            except OutputPathError as err:
+                p.error(str(err))
 
 
 def execution_from(args: argparse.Namespace, p: argparse.ArgumentParser) -> Execution:

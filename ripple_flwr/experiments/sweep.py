@@ -31,6 +31,7 @@ from ripple_flwr.experiments.executor import Outcome
 from ripple_flwr.experiments.launch import (
     add_execution_flags,
     add_set_flag,
+    check_outputs,
     make_runner,
     prepare_server_env,
     run_config_value,
@@ -193,6 +194,7 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     """Run (or read) every point of the grid at every seed; Markdown and one JSON line."""
     p = build_parser()
     args = p.parse_args(argv)
+    check_outputs(args, p)
     try:
         args.grid_values = parse_grid(args.grid)
     except ValueError as err:
