@@ -289,9 +289,11 @@ def which_when() -> str:
         [
             f"- **Label skew, the training clients** (Table 1, {t1['dataset']}, Dir(0.1), "
             f"{t1['rounds']} rounds, {ev.seeds_text(t1['seeds'])}): "
-            f"{'use Ripple. ' if ev.is_ripple(o1[0]) else ''}"
+            f"{'use Ripple at this skew. ' if ev.is_ripple(o1[0]) else ''}"
             f"{ev.label(o1[0])} {ev.cell(a1[o1[0]])}; the best baseline, {ev.label(base1)}, "
-            f"{ev.cell(a1[base1])}; FedAvg {ev.cell(a1['fedavg'])}.",
+            f"{ev.cell(a1[base1])}{ev.paired_text(a1[o1[0]], a1[base1])}; FedAvg "
+            f"{ev.cell(a1['fedavg'])}. This is Dir(0.1) only: at milder skew (the map's "
+            "`label-skew-1`) a global server optimiser leads, below.",
             f"- **Label skew, new clients zero-shot** (Table 2, {t2['rounds']} rounds, "
             f"{ev.seeds_text(t2['seeds'])}), the leader per alpha_train/alpha_test: "
             f"{_leaders(t2)}. After alpha_train = 0.01 every cluster model knows about one "

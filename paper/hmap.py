@@ -220,7 +220,8 @@ def _margin_text(m: Mapping[str, Any] | None) -> str:
 
 
 def _router_text(r: Mapping[str, Any]) -> str:
-    return "; ".join(f"{s}: {fmt_paired(p)} {p['verdict']}" for s, p in r.items()) or "n/a"
+    done = {s: p for s, p in r.items() if p.get("n")}
+    return "; ".join(f"{s}: {fmt_paired(p)} {p['verdict']}" for s, p in done.items()) or "n/a"
 
 
 def markdown(args: argparse.Namespace, cells: Mapping[str, Mapping[str, Any]]) -> str:

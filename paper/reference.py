@@ -31,6 +31,7 @@ from paper import (
     evidence_history_zero_shot,
     evidence_map,
     evidence_map300,
+    evidence_map_fed,
     evidence_pages,
     evidence_router,
     evidence_speed,
@@ -138,6 +139,7 @@ SOURCES: tuple[ModuleType, ...] = (
     evidence_history_tables,
     evidence_history_zero_shot,
     evidence_map300,
+    evidence_map_fed,
     evidence_router,
 )
 

@@ -1,0 +1,133 @@
+"""The map over federation seeds: paired verdicts per cell, Ripple's own choices compared.
+
+Reads ``docs/results/heterogeneity_map_fed.json``, the read-back (``ripple-map
+--reuse-only``) of the kept summaries in ``docs/results/runs/heterogeneity-map-fed/``.
+Each seed there draws the whole federation (partitions, D_aux, splits, 50 new clients
+of 500 images) and seeds the training, so a paired per-seed difference compares two
+methods on the same federation, and the spread covers federations, not only training
+randomness. A cell's verdict is the best Ripple variant against the best other method
+(the oracle aside), each chosen by mean, with the Student-t 95% interval of the paired
+difference; "leads" only when it excludes 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paper import evidence as ev
+from ripple_flwr.runs.statistics import fmt_paired
+
+MAP_FED = "heterogeneity_map_fed.json"
+PLAN = (
+    "Ripple's four variants, FedYogi, Per-FedAvg and local-only at five federation seeds in "
+    "every cell, the oracle, FedAvg, IFCA, CFL and FLUX at three"
+)
+KEPT = "heterogeneity-map-fed"
+WHO = {"final_accuracy": "training clients", "zero_shot_accuracy": "new clients, zero-shot"}
+NAMES = {
+    "ripple-strat": "Ripple-Strat (GMM-VAE)",
+    "ripple-unif": "Ripple-Unif (GMM-VAE)",
+    "ripple-strat-mu": "Ripple-Strat (mean unmixing)",
+    "ripple-unif-mu": "Ripple-Unif (mean unmixing)",
+}
+
+
+def _name(row: str) -> str:
+    return NAMES.get(row, ev.label(row))
+
+
+def _margin(m: dict[str, Any] | None) -> str:
+    if not m or m.get("mean") is None:
+        return "n/a"
+    return f"{_name(m['ripple'])} {fmt_paired(m)} vs {_name(m['best_other'])}: {m['verdict']}"
+
+
+def _router(r: dict[str, Any]) -> str:
+    parts = [f"{s}: {fmt_paired(p)} {p['verdict']}" for s, p in r.items() if p.get("n")]
+    return "; ".join(parts) or "n/a"
+
+
+def _seeds(rows: dict[str, Any]) -> str:
+    n = [r["final_accuracy"]["n"] for r in rows.values()]
+    return f"{min(n)}-{max(n)}" if min(n) != max(n) else str(min(n))
+
+
+def _wall_hours() -> float:
+    return sum(s["wall_seconds"] for s in _kept()) / 3600
+
+
+def _kept() -> list[dict[str, Any]]:
+    import json
+
+    folder = ev.RESULTS / "runs" / KEPT
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+
+
+def map_federations() -> str:
+    """Per cell: the best Ripple variant's paired margin and the router comparison."""
+    if not (ev.RESULTS / MAP_FED).is_file():
+        return "**Not run yet**: no `docs/results/heterogeneity_map_fed.json` is committed."
+    d = ev.load(MAP_FED)
+    base = d["base"]
+    kept = _kept()
+    lines = [
+        f"Fashion-MNIST, {base['num-partitions']} clients x {base['partition-size']} images, "
+        f"{base['clients-per-round']} a round, {d['rounds']} rounds, {base['new-clients']} new "
+        f"clients of {base.get('new-partition-size') or base['partition-size']} images a run; "
+        f"federation seeds {', '.join(map(str, d['seeds']))} (each draws the partitions, D_aux, "
+        f"the splits and the new clients). The plan: {PLAN}; {len(kept)} runs kept so far "
+        "(the seeds column: how many each cell's rows have). Assembled on "
+        f"{ev.machine(d)}, {ev.runs_made_on(KEPT)}; they took {_wall_hours():.1f} h of run "
+        f"time, about {_wall_hours() / 2:.1f} h at `--jobs 2`. Points, paired per seed: mean "
+        "± the half-width of the Student-t 95% interval (seeds ahead / n):",
+        "",
+        "| cell | seeds | best Ripple vs best other, training | ... zero-shot "
+        "| mean unmixing - GMM-VAE, training | ... zero-shot |",
+        "|---|---|---|---|---|---|",
+    ]
+    for cell, entry in d["cells"].items():
+        rows = entry["rows"]
+        if not any(r["final_accuracy"]["n"] for r in rows.values()):
+            continue
+        cols = [_margin(entry["margin"].get(m)) for m in WHO]
+        cols += [_router(entry.get("router", {}).get(m, {})) for m in WHO]
+        lines.append(f"| {cell} | {_seeds(rows)} | " + " | ".join(cols) + " |")
+    return "\n".join(lines)
+
+
+def advice() -> str:
+    """Which of Ripple's own choices (router, sampler) to take, per cell, from the pairs."""
+    if not (ev.RESULTS / MAP_FED).is_file():
+        return "**Not run yet**: the map over federation seeds has no committed read-back."
+    d = ev.load(MAP_FED)
+    lines = []
+    for cell, entry in d["cells"].items():
+        m = entry["margin"].get("final_accuracy")
+        if not m or m.get("mean") is None:
+            continue
+        best = _name(m["ripple"])
+        if m["verdict"] == "leads":
+            what = f"use Ripple: {best} leads {_name(m['best_other'])} ({fmt_paired(m)})"
+        elif m["verdict"] == "trails":
+            what = (
+                f"do not use Ripple for the training clients: {_name(m['best_other'])} leads "
+                f"its best variant, {best} ({fmt_paired(m)})"
+            )
+        else:
+            what = f"no clear winner between {best} and {_name(m['best_other'])} ({fmt_paired(m)})"
+        routers = entry.get("router", {}).get("final_accuracy", {})
+        lead = [s for s, p in routers.items() if p.get("verdict") == "leads"]
+        trail = [s for s, p in routers.items() if p.get("verdict") == "trails"]
+        if lead:
+            what += f"; mean unmixing leads the GMM-VAE at the {' and '.join(lead)} sampler"
+        if trail:
+            what += f"; the GMM-VAE leads mean unmixing at the {' and '.join(trail)} sampler"
+        if not lead and not trail and routers:
+            what += "; the two routers: no clear winner"
+        lines.append(f"- **{cell}** (training clients): {what}.")
+    return "\n".join(lines) or "No cell has runs yet."
+
+
+BLOCKS = {
+    "docs/which-method.md": {"map-federations": map_federations, "map-federations-advice": advice}
+}
