@@ -58,6 +58,12 @@ LABELS = {
     "fedmedian": "FedMedian",
 }
 
+SPREAD_COVERS = (
+    "The seeds redraw the training (model initialisation, client sampling, local shuffles) on "
+    "one federation (`data-seed = 0`: the same partitions, D_aux and new clients at every "
+    "seed), so the spread says nothing about another draw of the clients; the map over "
+    "federations (`docs/which-method.md`) redraws them."
+)
 SEED_ORDER = [42, 7, 123, 0, 1]  # the tables' seeds in their order, then the earlier ones
 
 _RUN_NAME = re.compile(

@@ -128,6 +128,40 @@ def advice() -> str:
     return "\n".join(lines) or "No cell has runs yet."
 
 
+def ripple_choices() -> str:
+    """README: which router and sampler win where, paired, from Table 1 and the map."""
+    from paper.evidence_table1 import TABLE1
+
+    t = ev.load(TABLE1)["rows"]
+    out = []
+    for sampler in ("strat", "unif"):
+        mu, gmm = (t.get(f"ripple-{sampler}-{r}") for r in ("mean-unmixing", "gmm-vae"))
+        if mu and gmm:
+            p = ev.paired_of(mu["final_accuracy"], gmm["final_accuracy"])
+            out.append(f"Ripple-{sampler.title()} {fmt_paired(p)}: {p['verdict']}")
+    table1 = (
+        f"In Table 1 ({ev.load(TABLE1)['dataset']}, Dir(0.1), one federation, "
+        f"{ev.seeds_text(ev.load(TABLE1)['seeds'])}), mean unmixing against the GMM-VAE, "
+        f"paired per seed (points, t 95%, seeds ahead): {'; '.join(out)}."
+    )
+    if not (ev.RESULTS / MAP_FED).is_file():
+        return table1
+    d = ev.load(MAP_FED)
+    best = []
+    for cell, entry in d["cells"].items():
+        m = entry["margin"].get("final_accuracy")
+        if m and m.get("mean") is not None:
+            best.append(
+                f"{cell}: {_name(m['ripple'])} ({m['verdict']} against {_name(m['best_other'])})"
+            )
+    cells = "; ".join(best) or "no cell has both a Ripple row and a rival yet"
+    return (
+        f"{table1} Over federation seeds (the map, [which-method.md](docs/which-method.md)), "
+        f"the best Ripple variant per cell so far, on the training clients: {cells}."
+    )
+
+
 BLOCKS = {
-    "docs/which-method.md": {"map-federations": map_federations, "map-federations-advice": advice}
+    "docs/which-method.md": {"map-federations": map_federations, "map-federations-advice": advice},
+    "README.md": {"ripple-choices": ripple_choices},
 }

@@ -134,7 +134,8 @@ def _where2(t: dict[str, Any]) -> str:
         "training loss); IFCA, FeSEM and CFL send every cluster model and the new client keeps "
         "the one with the lowest loss on its own training split; FLUX uses its nearest "
         "centroid; FedAvg gives its global model. "
-        f"{ev.PAPER}: {t['dataset']} at {t['rounds']} rounds. Made on {ev.machine(t)}."
+        f"{ev.SPREAD_COVERS} {ev.PAPER}: {t['dataset']} at {t['rounds']} rounds. Made on "
+        f"{ev.machine(t)}."
     )
 
 

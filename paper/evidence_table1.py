@@ -52,7 +52,7 @@ def where(t: dict[str, Any], folder: str) -> str:
         f"Dir({s['alpha']}) over the {kind}, {s['clients-per-round']} clients a round, the "
         f"paper's CNN, K = {t['num_components']}, **{t['rounds']} rounds, "
         f"{ev.seeds_text(t['seeds'])}**; final personalised accuracy (%, mean of the last "
-        f"three evaluations; {ev.interval(t['seeds'])}). "
+        f"three evaluations; {ev.interval(t['seeds'])}). {ev.SPREAD_COVERS} "
         f"{ev.PAPER}: {t['dataset']} at {t['rounds']} rounds. Table assembled on "
         f"{ev.machine(t)}; {ev.runs_made_on(folder)}."
     )
