@@ -59,7 +59,7 @@ def tolerance() -> str:
 
 def tally() -> str:
     """The benchmark's tally line, as the file records it."""
-    return "    " + json.dumps(ev.load(HOSTILE)["tally"])
+    return "```json\n" + json.dumps(ev.load(HOSTILE)["tally"]) + "\n```"
 
 
 def outcomes() -> str:

@@ -25,6 +25,7 @@ from paper import (
     evidence_bench,
     evidence_bench_rounds,
     evidence_bench_runs,
+    evidence_docs,
     evidence_history,
     evidence_history_baselines,
     evidence_history_tables,
@@ -33,6 +34,8 @@ from paper import (
     evidence_map300,
     evidence_map_fed,
     evidence_pages,
+    evidence_privacy,
+    evidence_robustness,
     evidence_router,
     evidence_speed,
     evidence_table1,
@@ -141,6 +144,9 @@ SOURCES: tuple[ModuleType, ...] = (
     evidence_map300,
     evidence_map_fed,
     evidence_router,
+    evidence_robustness,
+    evidence_privacy,
+    evidence_docs,
 )
 
 
