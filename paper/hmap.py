@@ -33,6 +33,7 @@ from typing import Any
 from paper.rows import flags
 from ripple_flwr.experiments.compose import PlanError, compose, defined_by
 from ripple_flwr.experiments.launch import (
+    OneLineParser,
     add_execution_flags,
     add_set_flag,
     check_outputs,
@@ -262,7 +263,7 @@ def markdown(args: argparse.Namespace, cells: Mapping[str, Mapping[str, Any]]) -
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="ripple-map",
         description=__doc__.splitlines()[0],
         epilog="Cells: "

@@ -56,6 +56,7 @@ from paper.table_one import table1
 from paper.table_two import table2
 from ripple_flwr.experiments.compose import PlanError
 from ripple_flwr.experiments.launch import (
+    OneLineParser,
     add_execution_flags,
     add_set_flag,
     check_outputs,
@@ -142,7 +143,7 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="ripple-tables",
         description=__doc__.splitlines()[0],
         epilog="--set KEY=VALUE adds a run-config key the table does not set itself; a key a "

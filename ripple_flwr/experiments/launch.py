@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ripple_flwr.experiments.executor import Execution
 from ripple_flwr.experiments.runner import Runner
@@ -17,6 +17,7 @@ from ripple_flwr.runs.tracking import TrackerError, check_tracker, open_command
 from ripple_flwr.settings import CACHE_DIR_ENV, TRACKERS
 
 __all__ = [
+    "OneLineParser",
     "add_execution_flags",
     "add_set_flag",
     "check_outputs",
@@ -26,6 +27,13 @@ __all__ = [
     "run_config_value",
     "tracker_hook",
 ]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose refusal is one line: the problem and where the flags are."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (every flag: {self.prog} --help)\n")
 
 
 def run_config_value(text: str) -> tuple[str, object]:

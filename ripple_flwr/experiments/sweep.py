@@ -29,6 +29,7 @@ from typing import Any
 from ripple_flwr.experiments.compose import PlanError, compose, defined_by
 from ripple_flwr.experiments.executor import Outcome
 from ripple_flwr.experiments.launch import (
+    OneLineParser,
     add_execution_flags,
     add_set_flag,
     check_outputs,
@@ -72,7 +73,7 @@ def point_name(point: Mapping[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="ripple-sweep",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
