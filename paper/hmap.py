@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from paper.rows import flags
+from paper.variants import map_rows
 from ripple_flwr.experiments.compose import PlanError, compose, defined_by
 from ripple_flwr.experiments.launch import (
     OneLineParser,
@@ -83,22 +84,9 @@ BASE = {
     "new-clients": 50,
     "new-partition-size": 500,
 }
-ROWS: dict[str, dict[str, Any]] = {
-    # Ripple's own choices: router (the GMM-VAE each run pre-trains; mean unmixing,
-    # training-free) x sampler (stratified, uniform).
-    "ripple-strat": {"method": "ripple", "sampling": "stratified"},
-    "ripple-unif": {"method": "ripple", "sampling": "uniform"},
-    "ripple-strat-mu": {"method": "ripple", "sampling": "stratified", "router": "mean-unmixing"},
-    "ripple-unif-mu": {"method": "ripple", "sampling": "uniform", "router": "mean-unmixing"},
-    "oracle": {"method": "oracle"},
-    "fedavg": {"method": "fedavg"},
-    "fedyogi": {"method": "fedyogi"},  # the best global optimiser of Table 1
-    "local": {"method": "local"},
-    "perfedavg": {"method": "perfedavg"},
-    "ifca": {"method": "ifca"},
-    "cfl": {"method": "cfl"},
-    "flux": {"method": "flux"},
-}
+# Every method whose registry entry lists "map"; Ripple's own choices as four rows: router
+# (the GMM-VAE each run pre-trains; mean unmixing, training-free) x sampler.
+ROWS: dict[str, dict[str, Any]] = map_rows()
 RIPPLE = ("ripple-strat", "ripple-unif", "ripple-strat-mu", "ripple-unif-mu")  # Ripple's rows
 NOT_COMPARED = ("oracle",)  # it knows pi*: a reference, never a rival
 # The router comparison: mean unmixing against the GMM-VAE, at each sampler.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ripple_flwr.methods.registry import METHODS
 from ripple_flwr.settings import ROUTERS, SAMPLINGS
 
-__all__ = ["ORACLE_OF", "VARIANTS", "benchmark_variants"]
+__all__ = ["ORACLE_OF", "VARIANTS", "benchmark_variants", "map_rows", "table2_rows"]
 
 
 def benchmark_variants() -> dict[str, dict]:
@@ -29,6 +29,42 @@ def benchmark_variants() -> dict[str, dict]:
                 out[key] = {"method": name, "sampling": sampling}
         else:
             out[name] = {"method": name}
+    return out
+
+
+def table2_rows() -> dict[str, dict]:
+    """Table 2's rows: every method that lists ``table2`` (Ripple per sampler, and with HDB)."""
+    out: dict[str, dict] = {}
+    for name, spec in METHODS.items():
+        if "table2" not in spec.benchmarks:
+            continue
+        if spec.needs_router:
+            out[f"{name}-strat"] = {"method": name, "sampling": "stratified"}
+            out[f"{name}-unif"] = {"method": name, "sampling": "uniform"}
+            out[f"{name}-hdb"] = {"method": name, "sampling": "stratified", "refine": "hdb"}
+        else:
+            out[name] = {"method": name}
+    return out
+
+
+def map_rows() -> dict[str, dict]:
+    """The map's rows: every method that lists ``map``; Ripple per router x sampler
+    (``-mu``: mean unmixing)."""
+    short = {"stratified": "strat", "uniform": "unif"}
+    out: dict[str, dict] = {}
+    for name, spec in METHODS.items():
+        if "map" not in spec.benchmarks:
+            continue
+        if not spec.needs_router:
+            out[name] = {"method": name}
+            continue
+        for router in ROUTERS:
+            for sampling in SAMPLINGS:
+                tag = "" if router == "gmm-vae" else "-mu"
+                row = {"method": name, "sampling": sampling}
+                out[f"{name}-{short[sampling]}{tag}"] = (
+                    row if router == "gmm-vae" else {**row, "router": router}
+                )
     return out
 
 

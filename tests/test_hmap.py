@@ -112,3 +112,21 @@ def test_reuse_only_marks_missing_cells_and_trains_nothing(tmp_path, capsys):
     line = run_map([*argv, "--out", str(tmp_path), "--reuse-only", "--plot", ""], capsys, never)
     assert len(line["missing"]) == len(hmap.ROWS)
     assert "missing" in Path(line["markdown"]).read_text()
+
+
+def test_the_rows_of_table2_and_the_map_come_from_the_registry(monkeypatch):
+    from dataclasses import replace
+
+    from paper.variants import map_rows, table2_rows
+    from ripple_flwr.methods import registry
+
+    for name, spec in registry.METHODS.items():
+        in_map = {r["method"] for r in map_rows().values()}
+        in_table2 = {r["method"] for r in table2_rows().values()}
+        assert (name in in_map) == ("map" in spec.benchmarks)
+        assert (name in in_table2) == ("table2" in spec.benchmarks)
+    # A method that lists itself gets its row, nothing else to edit.
+    toy = replace(registry.METHODS["fedavg"], name="toy", benchmarks=("map", "table2"))
+    monkeypatch.setitem(registry.METHODS, "toy", toy)
+    assert map_rows()["toy"] == {"method": "toy"} and table2_rows()["toy"] == {"method": "toy"}
+    assert {"ripple-strat-mu", "ripple-unif-mu"} <= set(map_rows())

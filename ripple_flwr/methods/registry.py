@@ -113,6 +113,7 @@ for _spec in (
         family="ripple",
         build=f"{_S}.ripple:build_ripple",
         options=(o.RIPPLE_STRAT_ORDER,),
+        benchmarks=("table2", "map"),
     ),
     MethodSpec(
         "oracle",
@@ -124,12 +125,14 @@ for _spec in (
         family="ripple",
         build=f"{_S}.ripple:build_oracle",
         options=(o.RIPPLE_STRAT_ORDER,),
+        benchmarks=("map",),
     ),
     MethodSpec(
         "fedavg",
         "FedAvg, Flower's class: one global model",
         f"{_S}.fedavg:FedAvgStrategy",
         **GLOBAL,
+        benchmarks=("table2", "map"),
     ),
     MethodSpec(
         "fedprox",
@@ -159,6 +162,7 @@ for _spec in (
         f"{_S}.fedyogi:FedYogiStrategy",
         **GLOBAL,
         options=FEDOPT,
+        benchmarks=("map",),
     ),
     MethodSpec(
         "fedadagrad",
@@ -190,6 +194,7 @@ for _spec in (
         **PERSONALISED,
         client_rule="perfedavg",
         options=(PERFEDAVG_ALPHA, PERFEDAVG_BETA),  # read by the clients' rule
+        benchmarks=("map",),
     ),
     MethodSpec(
         "pfedme",
@@ -227,6 +232,7 @@ for _spec in (
         sweeps_k=True,
         options=(o.IFCA_INIT_BALANCE, o.IFCA_INIT_DRAWS),
         build=f"{_S}.ifca:build_ifca",
+        benchmarks=("table2", "map"),
     ),
     MethodSpec(
         "fesem",
@@ -242,6 +248,7 @@ for _spec in (
             o.FESEM_SAMPLING,
         ),
         build=f"{_S}.fesem:build_fesem",
+        benchmarks=("table2",),
     ),
     MethodSpec(
         "cfl",
@@ -257,6 +264,7 @@ for _spec in (
             o.CFL_WEIGHTING,
         ),
         build=f"{_S}.cfl:build_cfl",
+        benchmarks=("table2", "map"),
     ),
     MethodSpec(
         "flux",
@@ -271,6 +279,7 @@ for _spec in (
             o.FLUX_LATENT_DIM,
         ),
         build=f"{_S}.flux:build_flux",
+        benchmarks=("table2", "map"),
     ),
     MethodSpec(
         "local",
@@ -279,6 +288,7 @@ for _spec in (
         models="per-client",
         exports="none",
         family="personalised",
+        benchmarks=("map",),
     ),
 ):
     register(_spec)

@@ -26,6 +26,10 @@ Export = Literal["clusters", "global", "descriptors", "none"]
 Family = Literal["ripple", "global", "personalised", "clustered"]
 
 
+# The benchmarks beyond Table 1 that a method may list itself in (MethodSpec.benchmarks).
+BENCHMARKS = ("table2", "map")
+
+
 @dataclass(frozen=True)
 class MethodInputs:
     """What building a strategy may use: settings, initial model, pi*, the router.
@@ -134,6 +138,10 @@ class MethodSpec:
         The benchmarks sweep the method's K (``num-components``, fixed a priori) and
         report the best, as the paper does for IFCA and FeSEM; only a method with
         ``models='clusters'``.
+    benchmarks : tuple of str
+        The paper's benchmarks that give the method rows besides Table 1 (which has every
+        method): ``table2`` (zero-shot new clients) and ``map`` (the heterogeneity map).
+        The rows are read from here; a new method lists itself, nothing else changes.
     """
 
     name: str
@@ -149,6 +157,7 @@ class MethodSpec:
     family: str = ""
     sweeps_k: bool = False
     build: str = ""
+    benchmarks: tuple[str, ...] = ()
 
     @property
     def strategy_class(self) -> type:
@@ -207,6 +216,11 @@ class MethodSpec:
             raise ValueError(f"method {self.name!r} has no family: one of {get_args(Family)}")
         if self.family not in get_args(Family):
             raise ValueError(f"method {self.name!r}: family={self.family!r} not in {Family}")
+        unknown = sorted(set(self.benchmarks) - set(BENCHMARKS))
+        if unknown:
+            raise ValueError(
+                f"method {self.name!r}: benchmarks {unknown} not in {', '.join(BENCHMARKS)}"
+            )
         if self.sweeps_k and self.models != "clusters":
             raise ValueError(
                 f"method {self.name!r} sweeps K but holds models={self.models!r}, not clusters"
