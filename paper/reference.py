@@ -33,6 +33,7 @@ from paper import (
     evidence_map,
     evidence_map300,
     evidence_map_fed,
+    evidence_methods,
     evidence_pages,
     evidence_privacy,
     evidence_robustness,
@@ -147,6 +148,7 @@ SOURCES: tuple[ModuleType, ...] = (
     evidence_robustness,
     evidence_privacy,
     evidence_docs,
+    evidence_methods,
 )
 
 
