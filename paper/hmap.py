@@ -285,6 +285,8 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     p = build_parser()
     args = p.parse_args(argv)
     check_outputs(args, p)
+    if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
+        p.error(f"--seeds {' '.join(map(str, args.seeds))}: distinct seeds >= 0, each a federation")
     for flag in ("rounds", "eval_every"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be >= 1")

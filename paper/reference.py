@@ -200,7 +200,11 @@ def stale_pages(root: Path = ROOT) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m paper.reference")
+    parser = argparse.ArgumentParser(
+        prog="python -m paper.reference",
+        description="Rewrite the generated blocks of README.md and docs/ from docs/results/ "
+        "(every block's generator is a paper.evidence_* module); --check only reports.",
+    )
     parser.add_argument("--check", action="store_true", help="only report stale pages")
     args = parser.parse_args(argv)
     stale = stale_pages()

@@ -160,17 +160,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--alphas-train",
         type=float,
         nargs="+",
-        default=[0.01, 0.1],
+        default=None,
         help="table2: the training clients' Dirichlet alphas (0.01 0.1)",
     )
     p.add_argument(
         "--alphas-test",
         type=float,
         nargs="+",
-        default=[1.0, 100.0],
+        default=None,
         help="table2: the new clients' Dirichlet alphas (1 100)",
     )
-    p.add_argument("--new-clients", type=int, default=10, help="table2: new clients a run (10)")
+    p.add_argument("--new-clients", type=int, default=None, help="table2: new clients a run (10)")
     sweep = "the methods whose K the registry sweeps (IFCA, FeSEM)"
     p.add_argument("--sweep-k", action="store_true", help=f"{sweep}: best K of {SWEEP_K}")
     p.add_argument("--sweep-seeds", type=int, nargs="+", default=[42], help="the sweep's (42)")
@@ -210,6 +210,16 @@ def parse(argv: list[str] | None, p: argparse.ArgumentParser | None = None) -> a
     for name in args.methods or []:
         if name not in known:
             p.error(f"{args.table} has no method {name!r}; choose from {', '.join(known)}")
+    table2_only = {"alphas_train": [0.01, 0.1], "alphas_test": [1.0, 100.0], "new_clients": 10}
+    for name, default in table2_only.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+        elif args.table == "table1":
+            p.error(f"--{name.replace('_', '-')} is a table2 flag; table1 does not use it")
+    for flag in ("seeds", "sweep_seeds"):
+        seeds = getattr(args, flag)
+        if len(set(seeds)) != len(seeds):
+            p.error(f"--{flag.replace('_', '-')} {' '.join(map(str, seeds))}: a seed given twice")
     if args.rounds is None:
         args.rounds = 300 if args.table == "table1" else 100
     check_counts(p, args)

@@ -163,9 +163,22 @@ def test_the_paper_commands_outside_a_checkout_say_where_they_run(command, tmp_p
     name = {"tables": "ripple-tables", "hmap": "ripple-map"}[command]
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"{name} runs from a source checkout of ripple-flwr (cd into it); "
-        "the installed package holds the sweep engine (ripple-sweep)"
+        f"{name} runs from a source checkout of ripple-flwr (cd into it, or into a folder "
+        "under it); the installed package holds the sweep engine (ripple-sweep)"
     ]
+    inside = tmp_path / "checkout" / "docs"
+    (tmp_path / "checkout" / "paper").mkdir(parents=True)
+    inside.mkdir()
+    (tmp_path / "checkout" / "paper" / "__init__.py").write_text("")
+    (tmp_path / "checkout" / "paper" / f"{command}.py").write_text("def main():\n    return 7\n")
+    monkeypatch.chdir(inside)  # a folder under a checkout finds it
+    done = subprocess.run(
+        [sys.executable, "-c", f"from {paper_entry.__name__} import {command}; exit({command}())"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 7
 
 
 @pytest.mark.parametrize("flag", ["--out", "--keep", "--json", "--md"])
@@ -176,3 +189,17 @@ def test_an_output_under_a_file_is_refused_naming_the_flag(tmp_path, capsys, fla
     err = refused(tables.main, [*argv, str(blocker / "sub")], capsys)
     assert flag in err and "notes.txt" in err and "Traceback" not in err
     assert blocker.read_text() == "mine"
+
+
+def test_reuse_only_still_refuses_a_run_no_command_could_make(tmp_path, capsys):
+    argv = ["table1", *SMALL, "--methods", "fedavg", "--reuse-only", "--out", str(tmp_path)]
+    err = refused(tables.main, [*argv, "--partition-size", "1"], capsys)
+    assert "partition-size" in err
+
+
+@pytest.mark.parametrize(
+    "extra", [["--alphas-test", "-1"], ["--new-clients", "5"], ["--seeds", "42", "42"]]
+)
+def test_table1_refuses_table2_flags_and_repeated_seeds(tmp_path, capsys, extra):
+    err = refused(tables.main, ["table1", "--out", str(tmp_path), *extra], capsys)
+    assert extra[0] in err

@@ -85,15 +85,23 @@ def load_images(path: Path, image_shape: tuple[int, ...] | None = None) -> np.nd
     if not path.is_file():
         raise FileNotFoundError(f"images file {path} not found")
     suffix = path.suffix.lower()
-    if suffix == ".npy":
-        images = np.load(path, allow_pickle=False)
-    elif suffix == ".npz":
-        with np.load(path, allow_pickle=False) as f:
-            if "images" not in f.files:
-                raise ValueError(f"{path} has no array 'images' (it has: {', '.join(f.files)})")
-            images = f["images"]
-    else:
+    if suffix not in (".npy", ".npz"):
         raise ValueError(f"images file {path} must be .npy or .npz, got {suffix or 'no suffix'}")
+    try:
+        if suffix == ".npy":
+            images = np.load(path, allow_pickle=False)
+        else:
+            with np.load(path, allow_pickle=False) as f:
+                if "images" not in f.files:
+                    raise ValueError(f"{path} has no array 'images' (it has: {', '.join(f.files)})")
+                images = f["images"]
+    except (ValueError, OSError, EOFError) as err:
+        if "has no array 'images'" in str(err):
+            raise
+        raise ValueError(
+            f"{path} is not a numeric numpy array file ({type(err).__name__}); save the images "
+            "as a float32 or uint8 array of shape (N, C, H, W) with np.save / np.savez(images=...)"
+        ) from None
     if images.dtype == np.uint8:
         print(
             f"note: {path.name} holds uint8 pixels; onboarding with float32 pixels / 255",

@@ -290,9 +290,15 @@ def _check_options(a: argparse.Namespace) -> None:
 
 def _check_writable(path: Path, option: str, *, folder: bool = False) -> None:
     """Create the folder (``path``'s parent unless ``folder``) and write a scratch file there."""
+    from ripple_flwr.io.paths import OutputPathError, check_output_path
+
     where = path if folder else path.parent
     if not folder and path.is_dir():
         raise UsageError(f"{option} {path} is a folder; give a file path (e.g. {path}/gmm_vae.pt)")
+    try:
+        check_output_path(path, option, folder=folder)
+    except OutputPathError as err:
+        raise UsageError(str(err)) from None
     try:
         where.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=where, prefix=".ripple-write-test-"):

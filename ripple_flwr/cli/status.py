@@ -71,6 +71,8 @@ def find_status(target: str | Path | None = None) -> Path:
         return files[0].resolve()
     if path.suffix not in (SUFFIX, ".json") and not path.exists():
         raise StatusNotFound(f"{path}: no such file or folder (give a .status, .json or folder)")
+    if path.is_file() and path.suffix not in (SUFFIX, ".json"):
+        raise StatusNotFound(f"{path} is neither a .status file nor a results .json (nor a folder)")
     candidate = path if path.suffix == SUFFIX else status_path(path)
     if not candidate.is_file():
         raise StatusNotFound(f"{candidate} does not exist (no run wrote a status there)")
@@ -82,9 +84,12 @@ def read_status(path: Path) -> dict[str, Any]:
     try:
         status = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise StatusNotFound(f"cannot read {path}: {err}") from err
-    if not isinstance(status, dict):
-        raise StatusNotFound(f"{path} holds no status object")
+        raise StatusNotFound(
+            f"{path} is damaged ({type(err).__name__}); delete it: the run's next start "
+            "rewrites it, and its results file says whether it finished"
+        ) from err
+    if not isinstance(status, dict) or "status" not in status:
+        raise StatusNotFound(f"{path} is not a run's status file (no 'status' field)")
     return status
 
 
@@ -183,7 +188,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         if args.all:
             folder = output_root() if args.path is None else Path(args.path).expanduser()
             if not folder.is_dir():
-                raise StatusNotFound(f"--all lists a folder; {folder} is none")
+                raise StatusNotFound(
+                    f"--all lists the status files of a folder; {folder} is not a folder "
+                    "(give its folder, or drop --all)"
+                )
             files = status_files(folder)
             if not files:
                 find_status(folder)  # raises, saying where it looked

@@ -2,7 +2,8 @@
 
 The paper's tables and heterogeneity map live in the checkout's ``paper/`` folder, which
 the wheel does not hold (it reads and writes the checkout's ``docs/``). These two entry
-points look for ``paper/`` in the current directory, put that directory on ``sys.path``
+points look for ``paper/`` in the current directory or one above it, put that directory on
+``sys.path``
 and run ``paper.tables`` / ``paper.hmap``; elsewhere they say so in one line and exit 2.
 The package never imports ``paper`` itself (``tests/test_layers.py``): only this lookup,
 by name, at run time.
@@ -17,12 +18,21 @@ from pathlib import Path
 __all__ = ["hmap", "tables"]
 
 
+def _checkout(module: str) -> Path | None:
+    """The checkout holding ``paper/<module>.py``: the current folder or one above it."""
+    here = Path.cwd().resolve()
+    for root in (here, *here.parents):
+        if (root / "paper" / f"{module}.py").is_file():
+            return root
+    return None
+
+
 def _run(command: str, module: str) -> int:
-    root = Path.cwd()
-    if not (root / "paper" / f"{module}.py").is_file():
+    root = _checkout(module)
+    if root is None:
         print(
-            f"{command} runs from a source checkout of ripple-flwr (cd into it); "
-            "the installed package holds the sweep engine (ripple-sweep)",
+            f"{command} runs from a source checkout of ripple-flwr (cd into it, or into a "
+            "folder under it); the installed package holds the sweep engine (ripple-sweep)",
             file=sys.stderr,
         )
         return 2

@@ -113,7 +113,10 @@ def build(
                 break
             check_runs(link.cfg for link in runner.pending.values())  # before any starts
             runner.run_pending()
-    return table(args, out, runner, stamp)
+    result = table(args, out, runner, stamp)
+    # A run missing under --reuse-only may be one no command could run: say so, not "missing".
+    check_runs(runner.missing_configs)
+    return result
 
 
 class Runner:
@@ -151,6 +154,7 @@ class Runner:
         self.execution = execution or Execution(jobs=1)
         self.on_result = on_result
         self.missing: list[str] = []
+        self.missing_configs: list[dict[str, Any]] = []  # under reuse_only: checked at the end
         self.trained: list[str] = []
         self.failed: dict[str, str] = {}
         self.outcomes: list[Outcome] = []
@@ -176,6 +180,7 @@ class Runner:
         if found is None and self.reuse_only:
             log(f"missing {Path(path).name} (--reuse-only: not run)")
             self.missing.append(path)
+            self.missing_configs.append(dict(cfg))
             found = (None, Path(path))
         elif found is None:
             self.pending[path] = Link(dict(cfg), after)

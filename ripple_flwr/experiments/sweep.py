@@ -196,6 +196,8 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     p = build_parser()
     args = p.parse_args(argv)
     check_outputs(args, p)
+    if len(set(args.seeds)) != len(args.seeds):
+        p.error(f"--seeds {' '.join(map(str, args.seeds))}: a seed given twice")
     try:
         args.grid_values = parse_grid(args.grid)
     except ValueError as err:
