@@ -393,7 +393,9 @@ def nothing_loaded(monkeypatch):
     def no_images(*args, **kwargs):
         raise AssertionError("the images were loaded although an option was bad")
 
-    monkeypatch.setattr(onboard, "Onboarder", NoOnboarder)
+    import ripple_flwr.runs.onboarding as onboarding  # onboard.py imports it after the flags
+
+    monkeypatch.setattr(onboarding, "Onboarder", NoOnboarder)
     monkeypatch.setattr(onboard, "load_images", no_images)
 
 

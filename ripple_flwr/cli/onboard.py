@@ -30,7 +30,6 @@ from pathlib import Path
 import numpy as np
 
 from ripple_flwr.cli.common import DEVICES, OneLineParser, check_device, check_output_path
-from ripple_flwr.runs.onboarding import Onboarder, save_model
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -140,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         images_path = Path(args.images).expanduser()
         out = Path(args.out) if args.out else images_path.with_name(f"{images_path.stem}.model.pt")
         check_outputs(args, out)
+        from ripple_flwr.runs.onboarding import Onboarder, save_model  # torch: after the flags
+
         onboarder = Onboarder.from_path(args.run, device=args.device)
         images = load_images(images_path, tuple(onboarder.run.image_shape))
         t0 = time.perf_counter()
