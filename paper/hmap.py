@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     args.plot = str(out / "map.png") if args.plot is None else args.plot
     prepare_server_env(out, str(dict(args.set).get("checkpoint", "")))
     stamp = machine_stamp()
-    runner = make_runner(args, p, out, stamp, train)
+    runner = make_runner(args, p, out, stamp, train, FLAG_OF)
     try:
         result = build(map_table, args, out, runner, stamp)
     except PlanError as err:  # found before any run started

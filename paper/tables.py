@@ -51,9 +51,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from paper.rows import SWEEP_K, TABLE1, TABLE2
+from paper.rows import FLAG_OF, SWEEP_K, TABLE1, TABLE2
 from paper.table_one import table1
-from paper.table_two import table2
+from paper.table_two import TABLE2_FLAG_OF, table2
 from ripple_flwr.experiments.compose import PlanError
 from ripple_flwr.experiments.launch import (
     OneLineParser,
@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     args.plot = args.plot or str(out / f"{args.table}.png")
     prepare_server_env(out, args.checkpoint, args.set.get("cache-dir", ""))
     stamp = machine_stamp()
-    runner = make_runner(args, p, out, stamp, train)
+    flag_of = {**(FLAG_OF if args.table == "table1" else TABLE2_FLAG_OF), "data-seed": "--seeds"}
+    runner = make_runner(args, p, out, stamp, train, flag_of)
     try:
         result = build(table1 if args.table == "table1" else table2, args, out, runner, stamp)
     except PlanError as err:  # found before any run started

@@ -203,3 +203,9 @@ def test_reuse_only_still_refuses_a_run_no_command_could_make(tmp_path, capsys):
 def test_table1_refuses_table2_flags_and_repeated_seeds(tmp_path, capsys, extra):
     err = refused(tables.main, ["table1", "--out", str(tmp_path), *extra], capsys)
     assert extra[0] in err
+
+
+def test_a_refusal_names_the_flag_the_user_typed(tmp_path, capsys):
+    argv = ["table2", *SMALL, "--methods", "fedavg", "--out", str(tmp_path)]
+    err = refused(tables.main, [*argv, "--alphas-test", "-1"], capsys)
+    assert "alpha-new" in err and "(set by --alphas-test)" in err

@@ -109,9 +109,23 @@ def _checkpoint_problem(path: str) -> str | None:
     return None
 
 
-def check_runs(configs: Iterable[Mapping[str, Any]]) -> None:
-    """Check every run before any starts; :class:`PlanError` lists each distinct problem once."""
+def _named_flag(problem: str, flag_of: Mapping[str, str]) -> str:
+    """A problem that starts with a run-config key a flag sets also names that flag."""
+    key = next((k for k in sorted(flag_of, key=len, reverse=True) if problem.startswith(k)), None)
+    if key is None or problem[len(key) : len(key) + 1] not in ("", " ", "=", ":"):
+        return problem
+    return f"{problem} (set by {flag_of[key]})"
+
+
+def check_runs(
+    configs: Iterable[Mapping[str, Any]], flag_of: Mapping[str, str] | None = None
+) -> None:
+    """Check every run before any starts; :class:`PlanError` lists each distinct problem once.
+
+    ``flag_of`` (run-config key -> the command's flag) makes a problem with a key that a
+    flag sets name the flag the user typed too.
+    """
     loaded: dict[tuple, str | None] = {}
     problems = [p for cfg in configs if (p := _problem_of(cfg, loaded)) is not None]
     if problems:
-        raise PlanError(problems)
+        raise PlanError(_named_flag(p, flag_of or {}) for p in problems)

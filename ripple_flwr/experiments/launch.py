@@ -166,8 +166,10 @@ def make_runner(
     out: Path,
     made_on: Mapping[str, Any],
     train: Callable[[dict], dict] | None = None,
+    flag_of: Mapping[str, str] | None = None,
 ) -> Runner:
-    """The :class:`Runner` of a table or sweep command: reuse, keep, execution, tracker."""
+    """The :class:`Runner` of a table or sweep command: reuse, keep, execution, tracker;
+    ``flag_of`` names the flag behind a run-config key in a refusal."""
     return Runner(
         reuse=args.reuse,
         reuse_only=args.reuse_only,
@@ -176,4 +178,5 @@ def make_runner(
         made_on=made_on,
         execution=execution_from(args, p),
         on_result=tracker_hook(args, out),
+        flag_of=flag_of,
     )

@@ -111,11 +111,11 @@ def build(
                 runner.planning = False
             if not runner.pending:
                 break
-            check_runs(link.cfg for link in runner.pending.values())  # before any starts
+            check_runs((link.cfg for link in runner.pending.values()), runner.flag_of)
             runner.run_pending()
     result = table(args, out, runner, stamp)
     # A run missing under --reuse-only may be one no command could run: say so, not "missing".
-    check_runs(runner.missing_configs)
+    check_runs(runner.missing_configs, runner.flag_of)
     return result
 
 
@@ -145,6 +145,7 @@ class Runner:
         made_on: Mapping[str, Any] | None = None,
         execution: Execution | None = None,
         on_result: Callable[[Results], None] | None = None,
+        flag_of: Mapping[str, str] | None = None,
     ) -> None:
         self.reuse = reuse or reuse_only
         self.made_on = dict(made_on) if made_on is not None else None
@@ -153,6 +154,7 @@ class Runner:
         self.keep = Path(keep) if keep else None
         self.execution = execution or Execution(jobs=1)
         self.on_result = on_result
+        self.flag_of = dict(flag_of or {})  # run-config key -> the command's flag, for refusals
         self.missing: list[str] = []
         self.missing_configs: list[dict[str, Any]] = []  # under reuse_only: checked at the end
         self.trained: list[str] = []
