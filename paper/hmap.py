@@ -32,7 +32,7 @@ from typing import Any
 
 from paper.rows import flags
 from paper.variants import map_rows
-from ripple_flwr.experiments.compose import PlanError, compose, defined_by
+from ripple_flwr.experiments.compose import compose, defined_by
 from ripple_flwr.experiments.launch import (
     OneLineParser,
     add_execution_flags,
@@ -41,7 +41,7 @@ from ripple_flwr.experiments.launch import (
     make_runner,
     prepare_server_env,
 )
-from ripple_flwr.experiments.runner import Runner, build, log, write_json_line
+from ripple_flwr.experiments.runner import Runner, build_or_exit, write_json_line
 from ripple_flwr.experiments.stamp import machine_stamp
 from ripple_flwr.experiments.stats import fmt_stat
 from ripple_flwr.runs.statistics import PAIRED, SPREAD, fmt_paired, paired, seed_stats
@@ -208,7 +208,7 @@ def _margin_text(m: Mapping[str, Any] | None) -> str:
     return f"{m['ripple']} {fmt_paired(m)} vs {m['best_other']}: {m['verdict']}"
 
 
-def _router_text(r: Mapping[str, Any]) -> str:
+def router_text(r: Mapping[str, Any]) -> str:
     done = {s: p for s, p in r.items() if p.get("n")}
     return "; ".join(f"{s}: {fmt_paired(p)} {p['verdict']}" for s, p in done.items()) or "n/a"
 
@@ -245,7 +245,7 @@ def markdown(args: argparse.Namespace, cells: Mapping[str, Mapping[str, Any]]) -
     ]
     for cell, entry in cells.items():
         margins = [_margin_text(entry["margin"][m]) for m in METRICS]
-        routers = [_router_text(entry["router"][m]) for m in METRICS]
+        routers = [router_text(entry["router"][m]) for m in METRICS]
         md.append(f"| {cell} | " + " | ".join(margins + routers) + " |")
     return "\n".join(md)
 
@@ -296,15 +296,9 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     prepare_server_env(out, str(dict(args.set).get("checkpoint", "")))
     stamp = machine_stamp()
     runner = make_runner(args, p, out, stamp, train, FLAG_OF)
-    try:
-        result = build(map_table, args, out, runner, stamp)
-    except PlanError as err:  # found before any run started
-        for line in err.lines:
-            print(f"ripple-map: {line}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        log("interrupted: finished runs are kept; run the same command with --reuse to go on")
-        return 130
+    result, stopped = build_or_exit("ripple-map", map_table, args, out, runner, stamp)
+    if stopped is not None:
+        return stopped
     md_path = Path(args.md or out / "map.md")
     md_path.parent.mkdir(parents=True, exist_ok=True)
     md_path.write_text(result["markdown"] + "\n")

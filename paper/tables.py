@@ -54,7 +54,6 @@ from pathlib import Path
 from paper.rows import FLAG_OF, SWEEP_K, TABLE1, TABLE2
 from paper.table_one import table1
 from paper.table_two import TABLE2_FLAG_OF, table2
-from ripple_flwr.experiments.compose import PlanError
 from ripple_flwr.experiments.launch import (
     OneLineParser,
     add_execution_flags,
@@ -63,7 +62,7 @@ from ripple_flwr.experiments.launch import (
     make_runner,
     prepare_server_env,
 )
-from ripple_flwr.experiments.runner import build, log, write_json_line
+from ripple_flwr.experiments.runner import build_or_exit, log, write_json_line
 from ripple_flwr.experiments.stamp import machine_stamp
 from ripple_flwr.runs.statistics import SPREAD
 from ripple_flwr.settings import RunSettings
@@ -248,15 +247,10 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     stamp = machine_stamp()
     flag_of = {**(FLAG_OF if args.table == "table1" else TABLE2_FLAG_OF), "data-seed": "--seeds"}
     runner = make_runner(args, p, out, stamp, train, flag_of)
-    try:
-        result = build(table1 if args.table == "table1" else table2, args, out, runner, stamp)
-    except PlanError as err:  # found before any run started
-        for line in err.lines:
-            print(f"ripple-tables: {line}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        log("interrupted: finished runs are kept; run the same command with --reuse to go on")
-        return 130
+    table = table1 if args.table == "table1" else table2
+    result, stopped = build_or_exit("ripple-tables", table, args, out, runner, stamp)
+    if stopped is not None:
+        return stopped
     md_path = Path(args.md or out / f"{args.table}.md")
     md_path.parent.mkdir(parents=True, exist_ok=True)
     md_path.write_text(result["markdown"] + "\n")

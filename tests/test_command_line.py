@@ -209,3 +209,9 @@ def test_a_refusal_names_the_flag_the_user_typed(tmp_path, capsys):
     argv = ["table2", *SMALL, "--methods", "fedavg", "--out", str(tmp_path)]
     err = refused(tables.main, [*argv, "--alphas-test", "-1"], capsys)
     assert "alpha-new" in err and "(set by --alphas-test)" in err
+
+
+def test_a_sweep_with_a_missing_checkpoint_is_refused_in_one_line(tmp_path, capsys):
+    argv = ["--set", "num-partitions=4", "--set", "clients-per-round=2", "--out", str(tmp_path)]
+    rc = sweep.main([*argv, "--set", "checkpoint=/nonexistent/c.pt"], train=never_train)
+    assert rc == 2 and "ripple-sweep: checkpoint:" in capsys.readouterr().err

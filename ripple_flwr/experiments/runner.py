@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ripple_flwr.experiments.compose import check_runs
+from ripple_flwr.experiments.compose import PlanError, check_runs
 from ripple_flwr.experiments.executor import Execution, Job, Link, Outcome
 from ripple_flwr.experiments.stats import summarise
 from ripple_flwr.runs.results import finished_results
@@ -117,6 +117,27 @@ def build(
     # A run missing under --reuse-only may be one no command could run: say so, not "missing".
     check_runs(runner.missing_configs, runner.flag_of)
     return result
+
+
+def build_or_exit(
+    prog: str,
+    table: Callable[..., Any],
+    args: argparse.Namespace,
+    out: Path,
+    runner: Runner,
+    stamp: Mapping[str, Any],
+) -> tuple[Any, int | None]:
+    """:func:`build`, with the two ways a command stops early as its exit status: a problem
+    found before any run (one line each, 2) and Ctrl-C (finished runs kept, 130)."""
+    try:
+        return build(table, args, out, runner, stamp), None
+    except PlanError as err:
+        for line in err.lines:
+            print(f"{prog}: {line}", file=sys.stderr)
+        return None, 2
+    except KeyboardInterrupt:
+        log("interrupted: finished runs are kept; run the same command with --reuse to go on")
+        return None, 130
 
 
 class Runner:

@@ -37,7 +37,7 @@ from ripple_flwr.experiments.launch import (
     prepare_server_env,
     run_config_value,
 )
-from ripple_flwr.experiments.runner import build, log, write_json_line
+from ripple_flwr.experiments.runner import build_or_exit, write_json_line
 from ripple_flwr.experiments.stamp import machine_stamp
 from ripple_flwr.experiments.stats import fmt_stat
 from ripple_flwr.runs.statistics import SPREAD, seed_stats
@@ -213,11 +213,9 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     def table(args, out, runner, stamp) -> list[dict[str, Any]]:
         return summarise_points(runs, lambda cfg: runner.get(cfg)[0])
 
-    try:
-        rows = build(table, args, out, runner, stamp)
-    except KeyboardInterrupt:
-        log("interrupted: finished runs are kept; run the same command with --reuse to go on")
-        return 130
+    rows, stopped = build_or_exit("ripple-sweep", table, args, out, runner, stamp)
+    if stopped is not None:  # a problem check_runs found (a missing checkpoint...), or Ctrl-C
+        return stopped
     text = markdown(args, rows)
     md_path = Path(args.md or out / "sweep.md")
     md_path.parent.mkdir(parents=True, exist_ok=True)
