@@ -242,11 +242,7 @@ def runs_made_on(folder: str) -> str:
     ``made_on`` ("not recorded" for the summaries without one)."""
     from collections import Counter
 
-    runs = [
-        path
-        for path in sorted((RESULTS / "runs" / folder).glob("*.json"))
-        if path.name.endswith(".json")
-    ]
+    runs = sorted((RESULTS / "runs" / folder).glob("*.json"))
     made = Counter()
     for path in runs:
         m = json.loads(path.read_text()).get("made_on") or {}

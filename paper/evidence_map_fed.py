@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from paper import evidence as ev
+from paper.hmap import router_text
 from ripple_flwr.runs.statistics import fmt_paired
 
 MAP_FED = "heterogeneity_map_fed.json"
@@ -42,18 +43,9 @@ def _margin(m: dict[str, Any] | None) -> str:
     return f"{_name(m['ripple'])} {fmt_paired(m)} vs {_name(m['best_other'])}: {m['verdict']}"
 
 
-def _router(r: dict[str, Any]) -> str:
-    parts = [f"{s}: {fmt_paired(p)} {p['verdict']}" for s, p in r.items() if p.get("n")]
-    return "; ".join(parts) or "n/a"
-
-
 def _seeds(rows: dict[str, Any]) -> str:
     n = [r["final_accuracy"]["n"] for r in rows.values()]
     return f"{min(n)}-{max(n)}" if min(n) != max(n) else str(min(n))
-
-
-def _wall_hours() -> float:
-    return sum(s["wall_seconds"] for s in _kept()) / 3600
 
 
 def _kept() -> list[dict[str, Any]]:
@@ -70,6 +62,7 @@ def map_federations() -> str:
     d = ev.load(MAP_FED)
     base = d["base"]
     kept = _kept()
+    hours = sum(s["wall_seconds"] for s in kept) / 3600
     lines = [
         f"Fashion-MNIST, {base['num-partitions']} clients x {base['partition-size']} images, "
         f"{base['clients-per-round']} a round, {d['rounds']} rounds, {base['new-clients']} new "
@@ -77,8 +70,8 @@ def map_federations() -> str:
         f"federation seeds {', '.join(map(str, d['seeds']))} (each draws the partitions, D_aux, "
         f"the splits and the new clients). The plan: {PLAN}; {len(kept)} runs kept so far "
         "(the seeds column: how many each cell's rows have). Assembled on "
-        f"{ev.machine(d)}, {ev.runs_made_on(KEPT)}; they took {_wall_hours():.1f} h of run "
-        f"time, about {_wall_hours() / 2:.1f} h at `--jobs 2`. Points, paired per seed: mean "
+        f"{ev.machine(d)}, {ev.runs_made_on(KEPT)}; they took {hours:.1f} h of run "
+        f"time, about {hours / 2:.1f} h at `--jobs 2`. Points, paired per seed: mean "
         "± the half-width of the Student-t 95% interval (seeds ahead / n):",
         "",
         "| cell | seeds | best Ripple vs best other, training | ... zero-shot "
@@ -90,7 +83,7 @@ def map_federations() -> str:
         if not any(r["final_accuracy"]["n"] for r in rows.values()):
             continue
         cols = [_margin(entry["margin"].get(m)) for m in WHO]
-        cols += [_router(entry.get("router", {}).get(m, {})) for m in WHO]
+        cols += [router_text(entry.get("router", {}).get(m, {})) for m in WHO]
         lines.append(f"| {cell} | {_seeds(rows)} | " + " | ".join(cols) + " |")
     return "\n".join(lines)
 

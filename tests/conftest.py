@@ -415,3 +415,14 @@ def run_status(output: str, env: dict[str, str], federation: str) -> str:
     data = json.loads(ls.stdout)
     runs = data.get("runs", data if isinstance(data, list) else [])
     return str(runs[0].get("status", "")) if runs else f"unknown: {ls.stdout[-500:]}"
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fail the test if pretrain_vae.py's job itself starts (an option or the data was bad)."""
+    from ripple_flwr.cli import pretrain as pretrain_vae
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("pretrain() ran although an option or the data was bad")
+
+    monkeypatch.setattr(pretrain_vae, "pretrain", forbidden)

@@ -14,16 +14,6 @@ from ripple_flwr.cli import pretrain_bounds as bounds
 from ripple_flwr.settings import LABEL_KINDS, RunSettings
 
 
-@pytest.fixture
-def no_work(monkeypatch):
-    """Fail the test if the job itself starts."""
-
-    def forbidden(*args, **kwargs):
-        raise AssertionError("pretrain() ran although an option was bad")
-
-    monkeypatch.setattr(pretrain_vae, "pretrain", forbidden)
-
-
 def one_error_line(capsys) -> str:
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()

@@ -11,6 +11,7 @@ import re
 import pytest
 import torch
 from silos import DigitPool, write_silo
+from test_pretrain_cli import one_error_line
 
 from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.cli import pretrain as pretrain_vae
@@ -23,24 +24,6 @@ from ripple_flwr.training.models import build_model
 from ripple_flwr.training.pretrained import load_imagenet_weights
 
 TORCH_ADVICE = ("weights_only", "file an issue", "Re-running", "will likely succeed")
-
-
-@pytest.fixture
-def no_work(monkeypatch):
-    """Fail the test if pretrain_vae.py's job itself starts."""
-
-    def forbidden(*args, **kwargs):
-        raise AssertionError("pretrain() ran although the data was bad")
-
-    monkeypatch.setattr(pretrain_vae, "pretrain", forbidden)
-
-
-def one_error_line(capsys) -> str:
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("pretrain_vae.py: error: "), lines[0]
-    return lines[0]
 
 
 # -- an output path under a file: one line naming the option and the path ----------------------
