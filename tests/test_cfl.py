@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.server.strategies.cfl import first_split_round
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
+from ripple_flwr.methods.cfl.server import first_split_round
 from ripple_flwr.methods.registry import MethodInputs, get_method
 
 SENT = {"w": np.array([1.0, 2.0, 3.0], dtype=np.float32), "n": np.array(0, dtype=np.int64)}

@@ -10,8 +10,8 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.server.strategies.core.evaluation.rounds import eval_sample
-from ripple_flwr.app.server.strategies.local_only import LocalOnlyStrategy
-from ripple_flwr.app.server.strategies.ripple import RippleStrategy
+from ripple_flwr.methods.local.server import LocalOnlyStrategy
+from ripple_flwr.methods.ripple.server import RippleStrategy
 from ripple_flwr.settings import ConfigError
 
 N = 20

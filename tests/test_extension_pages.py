@@ -36,17 +36,30 @@ def scratch_registries(monkeypatch, tmp_path):
     return tmp_path
 
 
-def test_adding_a_method_shows_the_repository_code_and_runs(scratch_registries):
-    option, strategy, entry, run = python_blocks("adding-a-method.md")
-    assert option in (ROOT / "ripple_flwr/methods/options.py").read_text()
-    strategy_file = ROOT / "ripple_flwr/app/server/strategies/fedavgm.py"
-    assert strategy == strategy_file.read_text(), "the page's fedavgm.py is not the file"
-    real = methods.METHODS.pop("fedavgm")  # the page registers it again, as a new method
-    exec(compile(entry, "adding-a-method.md", "exec"), {})
-    assert methods.METHODS["fedavgm"] == real, "the page's entry is not the registry's"
+def test_adding_a_method_shows_the_repository_code_and_runs(scratch_registries, monkeypatch):
+    """The FedAvgM folder on the page is the repository's, and a new method with its own client
+    rule is one new folder: the page writes it, the registry finds it, it runs 2 rounds."""
+    import sys
+
+    import ripple_flwr.methods
+
+    spec, server, run, toy = python_blocks("adding-a-method.md")
+    folder = ROOT / "ripple_flwr/methods/fedavgm"
+    assert spec == (folder / "spec.py").read_text(), "the page's spec.py is not the file"
+    assert server == (folder / "server.py").read_text(), "the page's server.py is not the file"
     namespace = {}
     exec(compile(run, "adding-a-method.md", "exec"), namespace)
     assert 0.0 <= namespace["results"]["final_accuracy"] <= 1.0
+    monkeypatch.setattr(ripple_flwr.methods, "__path__", list(ripple_flwr.methods.__path__))
+    try:
+        exec(compile(toy, "adding-a-method.md", "exec"), namespace := {})
+        assert namespace["results"]["settings"]["toyprox-mu"] == 0.05
+        # Found in its folder, the only place the page wrote to, and built from it.
+        assert methods.get_method("toyprox").package == "ripple_flwr.methods.toyprox"
+        assert "ripple_flwr.methods.toyprox.server" in sys.modules
+    finally:
+        for name in [m for m in sys.modules if m.startswith("ripple_flwr.methods.toyprox")]:
+            del sys.modules[name]
 
 
 def test_adding_a_dataset_registers_refuses_and_runs(scratch_registries):

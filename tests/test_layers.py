@@ -27,7 +27,13 @@ ALLOWED: dict[str, set[str]] = {
     "privacy": {"data"},
     "router": {"settings", "io", "data", "wst", "training"},
     "runs": BELOW_RUNS,
-    "methods": {"settings", "training"},  # the registry: names strategies only as import paths
+    # A method is a folder (ripple_flwr/methods/<name>/): the registry, the entries and their
+    # options are light ("methods"); the clients' rule ("method_client") sits on training; the
+    # server side ("method_server") on the app. Nothing but the registry's discovery reaches a
+    # folder's server or client module, and that by convention at run time, not by import.
+    "methods": {"settings"},
+    "method_client": {"settings", "io", "training", "methods"},
+    "method_server": BELOW_RUNS | {"runs", "app", "methods", "method_client"},
     "app": BELOW_RUNS | {"runs", "methods"},
     "cli": BELOW_RUNS | {"runs", "app", "methods"},
     "experiments": BELOW_RUNS | {"runs", "app", "methods"},
@@ -44,6 +50,7 @@ APP_FORBIDDEN = {
 # Layers that must not know Flower (flwr-datasets, a data library, is not Flower).
 NO_FLOWER = {
     "methods",
+    "method_client",
     "settings",
     "io",
     "data",
@@ -66,7 +73,11 @@ MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 def layer(module: str) -> str:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "package"
+    if len(parts) < 2:
+        return "package"
+    if parts[1] == "methods" and len(parts) > 3:  # ripple_flwr.methods.<folder>.<module>
+        return {"spec": "methods", "client": "method_client"}.get(parts[3], "method_server")
+    return parts[1]
 
 
 def _type_checking_lines(tree: ast.AST) -> set[int]:
@@ -169,9 +180,8 @@ def test_core_concerns_sit_under_the_bases_and_core_names_no_method():
     assert bases <= set(MODULES)
     upward = {m: sorted(GRAPH[m] & bases) for m in concerns if GRAPH[m] & bases}
     assert not upward, f"core's concerns import the bases above them: {upward}"
-    methods = ("ripple_flwr.app.server.strategies.",)
     named = {
-        m: sorted(t for t in GRAPH[m] if t.startswith(methods) and not t.startswith(CORE))
+        m: sorted(t for t in GRAPH[m] if layer(t) in ("method_server", "method_client"))
         for m in MODULES
         if m == CORE or m.startswith(CORE + ".")
     }
@@ -180,10 +190,13 @@ def test_core_concerns_sit_under_the_bases_and_core_names_no_method():
 
 
 def test_the_client_process_imports_no_strategy():
-    """Importing ``client_app`` (what every deployed message starts) loads no server module."""
+    """Importing ``client_app`` (what every deployed message starts) loads no server module,
+    and no method folder's server side."""
     code = (
         "import sys, client_app;"
-        "bad = sorted(m for m in sys.modules if m.startswith('ripple_flwr.app.server'));"
+        "bad = sorted(m for m in sys.modules if m.startswith('ripple_flwr.app.server')"
+        " or (m.startswith('ripple_flwr.methods.') and m.count('.') == 3"
+        " and m.rpartition('.')[2] not in ('spec', 'client')));"
         "print(bad); sys.exit(bool(bad))"
     )
     root = PACKAGE.parent

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+import types
 from typing import get_args
 
 import pytest
 
 from ripple_flwr.app.run_config import check_run, summary_kind
-from ripple_flwr.app.server.strategies.fedavg import FedAvgStrategy
 from ripple_flwr.methods import registry as methods
+from ripple_flwr.methods.fedavg.server import FedAvgStrategy
 from ripple_flwr.methods.registry import (
     METHODS,
     Family,
@@ -19,9 +21,8 @@ from ripple_flwr.methods.registry import (
     register,
 )
 from ripple_flwr.settings import ConfigError, Option, RunSettings
-from ripple_flwr.training.client_rules import CLIENT_RULES
 
-FEDAVG = "ripple_flwr.app.server.strategies.fedavg:FedAvgStrategy"
+FEDAVG = "ripple_flwr.methods.fedavg"
 
 
 class Forgetful(FedAvgStrategy):  # keeps whatever it likes, says nothing
@@ -32,7 +33,7 @@ def _spec(**over) -> MethodSpec:
     base = {
         "name": "toy",
         "summary": "a toy method",
-        "strategy": FEDAVG,
+        "package": FEDAVG,
         "models": "one",
         "exports": "global",
         "family": "global",
@@ -51,7 +52,12 @@ def test_every_registered_method_is_complete():
     for name, spec in METHODS.items():
         assert name == spec.name
         spec.check()
-        assert spec.client_rule in CLIENT_RULES
+        # Its folder: a package named after one of its entries, whose server runs it and whose
+        # client.py, where there is one, gives its clients' rule.
+        assert spec.package.startswith("ripple_flwr.methods."), name
+        module = spec.client_module()
+        assert spec.client_rule == ("sgd" if module is None else spec.package.rpartition(".")[2])
+        assert module is None or callable(module.rule)
         assert "state_fields" in vars(spec.strategy_class), f"{name} declares no state"
         # Every option it reads is parsed from a run config, and only those of registered ones.
         assert set(o.key for o in spec.options) <= set(o.key for o in all_options())
@@ -75,12 +81,8 @@ def test_duplicate_name_is_refused(scratch_registry):
         ({"name": ""}, "must be a lower-case word"),
         ({"name": "Fed Avg"}, "must be a lower-case word"),
         ({"summary": " "}, "has no summary"),
-        ({"strategy": ""}, "'toy' names no strategy"),
-        ({"strategy": "FedAvgMethod"}, "'FedAvgMethod' is not 'package.module:Name'"),
-        ({"build": "build_fedavg"}, "'build_fedavg' is not 'package.module:Name'"),
         ({"models": "two"}, "models='two'"),
         ({"exports": "weights"}, "exports='weights'"),
-        ({"client_rule": "scaffold-ii"}, "client_rule='scaffold-ii' is not one of sgd"),
         ({"exports": "clusters"}, "exports clusters but has no router"),
         ({"family": ""}, "'toy' has no family: one of"),
         ({"family": "clusterd"}, "family='clusterd' not in"),
@@ -103,14 +105,24 @@ def test_registered_method_is_accepted_by_the_config(scratch_registry):
     assert summary_kind(RunSettings.of(method="toyrouted")) == "embedding"
 
 
-def test_a_strategy_that_declares_no_state_or_is_none_is_refused_when_resolved(scratch_registry):
-    """The registry names strategies by path (clients never import them); the server resolves
-    one only to build it, and refuses one that is not a strategy or declares no state."""
-    spec = register(_spec(strategy=f"{__name__}:Forgetful"))
+def test_a_folder_whose_server_declares_no_state_or_has_no_method_is_refused(
+    scratch_registry, monkeypatch
+):
+    """The registry imports a folder's server side only to build the method (clients never
+    do), and refuses a server whose METHOD is missing or declares no state."""
+    for package, method in (("toyforget", Forgetful), ("toynone", None)):
+        server = types.ModuleType(f"{package}.server")
+        if method is not None:
+            server.METHOD = method
+        monkeypatch.setitem(sys.modules, package, types.ModuleType(package))
+        monkeypatch.setitem(sys.modules, f"{package}.server", server)
+    spec = register(_spec(package="toyforget"))
     with pytest.raises(ValueError, match="Forgetful does not declare state_fields"):
         _ = spec.strategy_class
-    with pytest.raises(ValueError, match="builtins:object is not an AppStrategy class"):
-        _ = _spec(name="thing", strategy="builtins:object").strategy_class
+    with pytest.raises(ValueError, match="toynone.server has no METHOD class"):
+        _ = _spec(name="thing", package="toynone").strategy_class
+    with pytest.raises(ValueError, match="has no folder: register it through discover"):
+        _ = _spec(name="loose", package="").strategy_class
 
 
 def test_an_option_may_not_shadow_a_setting_or_differ_between_methods(scratch_registry):

@@ -22,15 +22,16 @@ from torch import nn
 from torch.nn import functional as F
 
 from ripple_flwr.app.client.node_state import NodeStore
+from ripple_flwr.app.client.work import client_rule
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
+from ripple_flwr.methods.perfedavg.client import PerFedAvgRule
+from ripple_flwr.methods.pfedme.client import PFedMeRule
 from ripple_flwr.methods.registry import MethodInputs, get_method
+from ripple_flwr.methods.scaffold.client import ScaffoldRule
 from ripple_flwr.settings import ConfigError
-from ripple_flwr.training.client_rules import CLIENT_RULES
 from ripple_flwr.training.models import get_state, set_state
-from ripple_flwr.training.personal import PerFedAvgRule, PFedMeRule
 from ripple_flwr.training.rules import RoundInputs, train_with_rule
-from ripple_flwr.training.stateful import ScaffoldRule
 
 N_CLIENTS, N_EXAMPLES, BATCH, ROUNDS = 2, 8, 2, 3
 LR, MOMENTUM = 0.05, 0.5
@@ -92,7 +93,7 @@ class RuleClients:
                 {"partition-id": pid, "num-partitions": N_CLIENTS, "num-examples": N_EXAMPLES}
             )
             return Message(RecordDict({"info": info}), reply_to=msg)
-        rule = CLIENT_RULES[get_method(settings.method).client_rule](settings)
+        rule = client_rule(settings)
         model = Tiny()
         set_state(model, record_to_state(msg.content.array_records["arrays"]))
         x, y = client_data(pid)

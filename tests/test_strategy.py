@@ -19,9 +19,9 @@ from ripple_flwr.app.server.strategies.core.roster.admission import (
     NotEnoughClientsError,
     wait_for_nodes,
 )
-from ripple_flwr.app.server.strategies.fedavg import FedAvgStrategy
-from ripple_flwr.app.server.strategies.local_only import LocalOnlyStrategy
-from ripple_flwr.app.server.strategies.ripple import RippleStrategy
+from ripple_flwr.methods.fedavg.server import FedAvgStrategy
+from ripple_flwr.methods.local.server import LocalOnlyStrategy
+from ripple_flwr.methods.ripple.server import RippleStrategy
 from ripple_flwr.router.checkpoint import load_checkpoint
 from ripple_flwr.settings import RunSettings
 

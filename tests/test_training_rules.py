@@ -7,8 +7,9 @@ import pytest
 import torch
 from torch import nn
 
+from ripple_flwr.methods.fedprox.client import fedprox_rule
 from ripple_flwr.training.loops import train_local
-from ripple_flwr.training.rules import TRAINING_RULES, fedprox_rule, proximal_penalty
+from ripple_flwr.training.rules import proximal_penalty, sgd_rule
 
 
 def tiny_model() -> nn.Module:
@@ -47,7 +48,7 @@ def test_fedprox_rule_needs_the_servers_mu():
         fedprox_rule(model, {"lr": 0.01})
     with pytest.raises(ValueError, match="proximal-mu must be >= 0"):
         fedprox_rule(model, {"proximal-mu": -1.0})
-    assert TRAINING_RULES["sgd"](model, {"proximal-mu": 1.0}) is None
+    assert sgd_rule(model, {"proximal-mu": 1.0}) is None
 
 
 def test_train_local_adds_the_penalty_to_each_step():

@@ -15,8 +15,8 @@ from ripple_flwr.app.protocol.candidates import split_candidates
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.server.strategies.core.evaluation.zero_shot import onboard_new_clients
-from ripple_flwr.app.server.strategies.fedavg import FedAvgStrategy
-from ripple_flwr.app.server.strategies.ripple import RippleStrategy
+from ripple_flwr.methods.fedavg.server import FedAvgStrategy
+from ripple_flwr.methods.ripple.server import RippleStrategy
 from ripple_flwr.settings import ConfigError
 
 STATE = {"w": np.array([1.0, 2.0, 3.0], dtype=np.float32), "n": np.array(0, dtype=np.int64)}

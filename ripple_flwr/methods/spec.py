@@ -1,21 +1,25 @@
 """What one federated method is: :class:`MethodSpec`, and what building it may use.
 
-Flower-free and light: a client reads it to parse its run config; the strategy a spec
-names is imported only when the server builds the method (:attr:`MethodSpec.strategy_class`).
+Flower-free and light: a client reads it to parse its run config. A method is one folder,
+``ripple_flwr/methods/<name>/``: ``spec.py`` (its entries and options, light), ``server.py``
+(``METHOD``, the class that runs it, and optionally ``build(spec, inputs)``) and, where its
+clients train by their own rule, ``client.py`` (``rule(settings) -> ClientRule``). The
+registry finds the folders (:func:`ripple_flwr.methods.registry.discover`); the server side
+is imported only when the server builds the method, the client side only in the client.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
 from ripple_flwr.settings import Option, RunSettings
-from ripple_flwr.training.client_rules import CLIENT_RULES
 
 if TYPE_CHECKING:  # the registry stays light: routers are the server's
     from ripple_flwr.router.routers import Router
@@ -78,21 +82,6 @@ class MethodInputs:
         return draw
 
 
-@functools.cache
-def resolve(path: str) -> Any:
-    """``"package.module:Name"`` as the object it names (imported on first use).
-
-    Parameters
-    ----------
-    path
-        A module's dotted name and an attribute of it, joined by ``:``.
-    """
-    module, _, name = path.partition(":")
-    if not module or not name:
-        raise ValueError(f"{path!r} is not 'package.module:Name'")
-    return getattr(importlib.import_module(module), name)
-
-
 @dataclass(frozen=True)
 class MethodSpec:
     """One federated method.
@@ -103,10 +92,6 @@ class MethodSpec:
         The ``method`` run-config value.
     summary : str
         One line for the generated method table (README, docs/methods.md).
-    strategy : str
-        The strategy class as ``"package.module:Class"`` (an ``AppStrategy`` that
-        declares ``state_fields`` and ``check_settings``), imported only when the
-        server builds the method (:attr:`strategy_class`).
     models : str
         How many models the server holds: ``clusters`` (K, or K_hat), ``one`` (a
         global model) or ``per-client``.
@@ -114,13 +99,8 @@ class MethodSpec:
         What a saved run keeps for onboarding outside the run: ``clusters`` (with
         the router), ``global``, ``descriptors`` (the cluster models with what
         assigns a label-free descriptor to one: FLUX) or ``none``.
-    client_rule : str
-        The key of the clients' training rule in ``CLIENT_RULES``.
     options : tuple of Option
         The run-config keys the method reads (besides the run's settings).
-    build : str
-        ``"package.module:function"``, MethodInputs -> the strategy; empty:
-        ``strategy(settings, initial_state)``.
     needs_router : bool
         The server loads or pre-trains the GMM-VAE and clients send their summary in
         the one-shot round.
@@ -142,29 +122,43 @@ class MethodSpec:
         The paper's benchmarks that give the method rows besides Table 1 (which has every
         method): ``table2`` (zero-shot new clients) and ``map`` (the heterogeneity map).
         The rows are read from here; a new method lists itself, nothing else changes.
+    rank : int
+        Where the method sorts among the registered ones (the method tables, the
+        configuration reference and ``--methods all`` follow it; ties by name).
+    package : str
+        The method's folder as a package (``ripple_flwr.methods.ifca``); set by
+        :func:`~ripple_flwr.methods.registry.discover` from where ``spec.py`` was found.
     """
 
     name: str
     summary: str
-    strategy: str
     models: ModelCount
     exports: Export
-    client_rule: str = "sgd"
     options: tuple[Option, ...] = ()
     needs_router: bool = False
     routing_weights: bool = False
     needs_truth: bool = False
     family: str = ""
     sweeps_k: bool = False
-    build: str = ""
     benchmarks: tuple[str, ...] = ()
+    rank: int = 1000
+    package: str = ""
+
+    @property
+    def server(self) -> ModuleType:
+        """The folder's ``server.py``, imported on first use (the server side only)."""
+        if not self.package:
+            raise ValueError(f"method {self.name!r} has no folder: register it through discover()")
+        return importlib.import_module(f"{self.package}.server")
 
     @property
     def strategy_class(self) -> type:
-        """The strategy class, imported on first use; an entry that names no strategy is refused."""
-        cls = resolve(self.strategy)
+        """The class that runs the method (``server.METHOD``); an incomplete folder is refused."""
+        cls = getattr(self.server, "METHOD", None)
         if not isinstance(cls, type) or not hasattr(cls, "declared_state"):
-            raise ValueError(f"method {self.name!r}: {self.strategy} is not an AppStrategy class")
+            raise ValueError(
+                f"method {self.name!r}: {self.package}.server has no METHOD class to run it"
+            )
         if "state_fields" not in vars(cls):
             raise ValueError(
                 f"method {self.name!r}: {cls.__name__} does not declare state_fields "
@@ -174,18 +168,36 @@ class MethodSpec:
 
     @property
     def state(self) -> tuple[str, ...]:
-        """What the method keeps between rounds and a checkpoint saves (imports the strategy)."""
+        """What the method keeps between rounds and a checkpoint saves (imports the server side)."""
         return self.strategy_class.declared_state()
 
     def check_settings(self, settings: RunSettings) -> None:
-        """The method's own rules on the run's settings (its strategy's ``check_settings``)."""
+        """The method's own rules on the run's settings (its class's ``check_settings``)."""
         self.strategy_class.check_settings(settings)
 
     def make(self, inputs: MethodInputs) -> Any:
-        """The method's strategy for one run."""
-        if self.build:
-            return resolve(self.build)(inputs)
+        """The method's strategy for one run: ``server.build(spec, inputs)`` if the folder has
+        one, else ``METHOD(settings, initial_state)``."""
+        build = getattr(self.server, "build", None)
+        if build is not None:
+            return build(self, inputs)
         return self.strategy_class(inputs.settings, inputs.initial_state)
+
+    def client_module(self) -> ModuleType | None:
+        """The folder's ``client.py`` (its clients' rule), or None: plain SGD."""
+        if not self.package or importlib.util.find_spec(f"{self.package}.client") is None:
+            return None
+        module = importlib.import_module(f"{self.package}.client")
+        if not callable(getattr(module, "rule", None)):
+            raise ValueError(f"method {self.name!r}: {self.package}.client has no rule(settings)")
+        return module
+
+    @property
+    def client_rule(self) -> str:
+        """The clients' rule's name: the folder's name if it has ``client.py``, else ``sgd``."""
+        if not self.package or importlib.util.find_spec(f"{self.package}.client") is None:
+            return "sgd"
+        return self.package.rpartition(".")[2]
 
     def check(self) -> None:
         """Refuse an incomplete or inconsistent entry, naming what is wrong (no import)."""
@@ -193,11 +205,6 @@ class MethodSpec:
             raise ValueError(f"method name {self.name!r} must be a lower-case word")
         if not self.summary.strip():
             raise ValueError(f"method {self.name!r} has no summary")
-        for path in (self.strategy, self.build):
-            if path and (":" not in path or not path.partition(":")[0]):
-                raise ValueError(f"method {self.name!r}: {path!r} is not 'package.module:Name'")
-        if not self.strategy:
-            raise ValueError(f"method {self.name!r} names no strategy")
         for opt in self.options:
             if not isinstance(opt, Option):
                 raise ValueError(f"method {self.name!r}: option {opt!r} is not an Option")
@@ -205,11 +212,6 @@ class MethodSpec:
             raise ValueError(f"method {self.name!r}: models={self.models!r} not in {ModelCount}")
         if self.exports not in get_args(Export):
             raise ValueError(f"method {self.name!r}: exports={self.exports!r} not in {Export}")
-        if self.client_rule not in CLIENT_RULES:
-            raise ValueError(
-                f"method {self.name!r}: client_rule={self.client_rule!r} is not one of "
-                f"{', '.join(CLIENT_RULES)}"
-            )
         if self.exports == "clusters" and not self.needs_router:
             raise ValueError(f"method {self.name!r} exports clusters but has no router")
         if not self.family:

@@ -1,27 +1,24 @@
-"""Client-side training rules: how a method's clients train and personalise (plain torch).
+"""Client-side training rules: the hooks of a method's local training (plain torch).
 
-Two layers. A *penalty rule* (:data:`TRAINING_RULES`: plain SGD, FedProx)
-reads the training message's config and returns a term added to each
-batch's loss. A :class:`ClientRule` (what the ClientApp uses, by name from
-:data:`ripple_flwr.training.client_rules.CLIENT_RULES`; every penalty rule is
-wrapped as one) adds the hooks that
-methods with state between rounds need: before training it sees the model,
-the message's config, the extra arrays received (SCAFFOLD's c) and the
-node's persistent store (Flower's ``context.state``); during training it may
-correct each gradient (SCAFFOLD), add a penalty (FedDyn, FedProx) or replace
-the whole step (Per-FedAvg's two batches, pFedMe's inner solve); after
-training it updates the store and returns extra reply arrays (SCAFFOLD's
-control delta); before evaluation it may change the model a client scores
-(Per-FedAvg's one step, pFedMe's personal model). Which rule a method
-needs is part of its registry entry. This module holds the hooks and the
-loop around them; the stateful rules (SCAFFOLD, FedDyn) are in
-:mod:`ripple_flwr.training.stateful`, the personalising ones (Per-FedAvg,
-pFedMe) in :mod:`ripple_flwr.training.personal`.
+Two layers. A *penalty rule* (a :data:`Rule`, such as :func:`sgd_rule`) reads the
+training message's config and returns a term added to each batch's loss. A
+:class:`ClientRule` (what the ClientApp uses; a penalty rule is wrapped as one by
+:class:`PenaltyRule`) adds the hooks that methods with state between rounds need:
+before training it sees the model, the message's config, the extra arrays received
+(SCAFFOLD's c) and the node's persistent store (Flower's ``context.state``); during
+training it may correct each gradient (SCAFFOLD), add a penalty (FedDyn, FedProx) or
+replace the whole step (Per-FedAvg's two batches, pFedMe's inner solve); after training
+it updates the store and returns extra reply arrays (SCAFFOLD's control delta); before
+evaluation it may change the model a client scores (Per-FedAvg's one step, pFedMe's
+personal model). This module holds the hooks, the loop around them and the helpers the
+rules share; each method's own rule lives in its folder, ``ripple_flwr/methods/<name>/client.py``
+(plain SGD for a method without one).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -62,19 +59,6 @@ def sgd_rule(model: nn.Module, config: Mapping[str, Any]) -> Penalty | None:
     return None
 
 
-def fedprox_rule(model: nn.Module, config: Mapping[str, Any]) -> Penalty | None:
-    """FedProx: the proximal term, with the ``proximal-mu`` the server's FedProx sent."""
-    if "proximal-mu" not in config:
-        raise ValueError(
-            "FedProx training message carries no 'proximal-mu': the server's strategy did not "
-            "run Flower's FedProx.configure_train"
-        )
-    return proximal_penalty(model, float(config["proximal-mu"]))
-
-
-TRAINING_RULES: dict[str, Rule] = {"sgd": sgd_rule, "fedprox": fedprox_rule}
-
-
 # -- rules with hooks (methods with state between rounds) ------------------------------------
 Store = MutableMapping[str, dict[str, np.ndarray]]
 Step = Callable[[nn.Module, torch.optim.Optimizer, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -105,7 +89,7 @@ def trainable(model: nn.Module) -> dict[str, nn.Parameter]:
     return {name: p for name, p in model.named_parameters() if p.requires_grad}
 
 
-def _load_state(
+def load_state(
     store: Store, key: str, like: dict[str, torch.Tensor], inputs: RoundInputs, what: str
 ) -> dict[str, torch.Tensor]:
     """The stored tensors of ``key``, or zeros (first round of this client, or a lost state)."""
@@ -126,8 +110,16 @@ def _load_state(
     return {n: torch.zeros_like(t) for n, t in like.items()}
 
 
-def _to_numpy(tensors: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+def to_numpy(tensors: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """Tensors as numpy arrays on the CPU (copies), for the node's state or a reply."""
     return {n: t.detach().to("cpu", copy=True).numpy() for n, t in tensors.items()}
+
+
+def grad_clip_norm(value: float, key: str) -> float:
+    """A gradient-clip norm read from ``key``: finite and >= 0 (0: no clipping)."""
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{key} must be a finite norm >= 0 (0: no clipping), got {value}")
+    return float(value)
 
 
 class ClientRule:
@@ -175,7 +167,7 @@ class ClientRule:
 
 
 class PenaltyRule(ClientRule):
-    """A penalty rule of :data:`TRAINING_RULES` (plain SGD, FedProx) as a :class:`ClientRule`."""
+    """A penalty rule (:data:`Rule`: plain SGD, FedProx's term) as a :class:`ClientRule`."""
 
     def __init__(self, rule: Rule) -> None:
         self.rule = rule

@@ -36,10 +36,16 @@ from ripple_flwr.app.protocol.messages import (
 from ripple_flwr.methods.registry import get_method
 from ripple_flwr.router.run_embedding import embedder_key, run_embedder
 from ripple_flwr.settings import RunSettings
-from ripple_flwr.training.client_rules import CLIENT_RULES
 from ripple_flwr.training.loops import evaluate_model
 from ripple_flwr.training.models import build_model, get_state, set_state
-from ripple_flwr.training.rules import ClientRule, RoundInputs, Store, train_with_rule
+from ripple_flwr.training.rules import (
+    ClientRule,
+    PenaltyRule,
+    RoundInputs,
+    Store,
+    sgd_rule,
+    train_with_rule,
+)
 from ripple_flwr.wst.embedder import SpectralEmbedder
 
 log = logging.getLogger("flwr.ripple")
@@ -207,8 +213,10 @@ def choose_candidate(
 
 
 def client_rule(settings: RunSettings) -> ClientRule:
-    """A fresh instance of the run's method's client rule, with the run's settings."""
-    return CLIENT_RULES[get_method(settings.method).client_rule](settings)
+    """A fresh instance of the run's method's client rule (its folder's ``client.py``, else
+    plain SGD), with the run's settings."""
+    module = get_method(settings.method).client_module()
+    return module.rule(settings) if module is not None else PenaltyRule(sgd_rule)
 
 
 def evaluate_client(

@@ -1,0 +1,1 @@
+"""CFL (``spec.py``: entry and options; ``server.py``: the server side)."""

@@ -1,0 +1,1 @@
+"""FedAdagrad (``spec.py``: entry and options; ``server.py``: the server side)."""

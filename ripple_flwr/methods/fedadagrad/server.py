@@ -1,0 +1,22 @@
+"""FedAdagrad (Reddi et al., 2021, https://arxiv.org/abs/2003.00295): Flower's own class."""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.serverapp.strategy import FedAdagrad
+
+from ripple_flwr.app.server.strategies.core.flower import FlowerModel, fedopt_kwargs
+from ripple_flwr.settings import RunSettings
+
+
+class FedAdagradStrategy(FlowerModel, FedAdagrad):
+    """Flower's FedAdagrad over the app's clients; eta and tau from the run config."""
+
+    state_fields = ("current_arrays", "m_t", "v_t")  # Flower's FedOpt state
+
+    def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
+        super().__init__(settings, initial_state, **fedopt_kwargs(settings, moments=False))
+
+
+# What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
+METHOD = FedAdagradStrategy

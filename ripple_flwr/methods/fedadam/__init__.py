@@ -1,0 +1,1 @@
+"""FedAdam (``spec.py``: entry and options; ``server.py``: the server side)."""

@@ -1,0 +1,1 @@
+"""FedAvg (``spec.py``: entry and options; ``server.py``: the server side)."""

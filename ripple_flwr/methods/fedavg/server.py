@@ -1,0 +1,22 @@
+"""FedAvg (McMahan et al., 2017, https://arxiv.org/abs/1602.05629): Flower's own class."""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.serverapp.strategy import FedAvg
+
+from ripple_flwr.app.server.strategies.core.flower import FlowerModel
+from ripple_flwr.settings import RunSettings
+
+
+class FedAvgStrategy(FlowerModel, FedAvg):
+    """Flower's FedAvg (weighted by ``num-examples``) over the app's clients."""
+
+    state_fields = ()
+
+    def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
+        super().__init__(settings, initial_state)
+
+
+# What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
+METHOD = FedAvgStrategy

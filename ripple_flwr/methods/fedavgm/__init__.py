@@ -1,0 +1,1 @@
+"""FedAvgM (``spec.py``: entry and options; ``server.py``: the server side)."""

@@ -1,0 +1,1 @@
+"""FedDyn (``spec.py``: entry and options; ``server.py``: the server side)."""

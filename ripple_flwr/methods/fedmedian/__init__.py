@@ -1,0 +1,1 @@
+"""FedMedian (``spec.py``: entry and options; ``server.py``: the server side)."""

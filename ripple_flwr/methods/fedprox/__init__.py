@@ -1,0 +1,1 @@
+"""FedProx (``spec.py``: entry and options; ``server.py``: the server side)."""

@@ -1,0 +1,1 @@
+"""FedTrimmedAvg (``spec.py``: entry and options; ``server.py``: the server side)."""

@@ -1,0 +1,1 @@
+"""FedYogi (``spec.py``: entry and options; ``server.py``: the server side)."""

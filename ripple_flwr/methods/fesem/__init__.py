@@ -1,0 +1,1 @@
+"""FeSEM (``spec.py``: entry and options; ``server.py``: the server side)."""

@@ -1,0 +1,1 @@
+"""FLUX (``spec.py``: entry and options; ``server.py``: the server side)."""

@@ -1,0 +1,1 @@
+"""IFCA (``spec.py``: entry and options; ``server.py``: the server side)."""

@@ -1,0 +1,1 @@
+"""Krum (``spec.py``: entry and options; ``server.py``: the server side)."""

@@ -1,0 +1,1 @@
+"""local-only (``spec.py``: entry and options; ``server.py``: the server side)."""

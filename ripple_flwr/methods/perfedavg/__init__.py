@@ -1,0 +1,1 @@
+"""Per-FedAvg (``spec.py``: entry and options; ``server.py``: the server side)."""

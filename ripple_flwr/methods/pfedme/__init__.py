@@ -1,0 +1,1 @@
+"""pFedMe (``spec.py``: entry and options; ``server.py``: the server side)."""

@@ -1,0 +1,364 @@
+"""Ripple: K cluster models, one-shot routing, posterior mixing and w-weighted updates.
+
+Implementation of "Ripple in Still Water: Zero-Shot Clustering in Federated
+Learning with Wavelet Scattering Transform" (spec sections 1, 4 and 5).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord
+from flwr.serverapp import Grid
+
+from ripple_flwr.aggregation.hdb import HDBResult, collapse_weights, refine_hdb
+from ripple_flwr.aggregation.mixing import (
+    apply_stacked_deltas,
+    mix_stacked,
+    stratified_sample,
+    unstack,
+)
+from ripple_flwr.aggregation.robust import unsafe_stacked_steps
+from ripple_flwr.app.protocol.records import states_to_records
+from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
+from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
+from ripple_flwr.app.server.strategies.core.server_models import ServerModels
+from ripple_flwr.methods.ripple.spec import RIPPLE_STRAT_ORDER
+from ripple_flwr.methods.spec import MethodInputs, MethodSpec
+from ripple_flwr.router.routers import Router
+from ripple_flwr.runs.results import hard_ari, routing_metrics
+from ripple_flwr.runs.resume import save_server_state
+from ripple_flwr.settings import RunSettings
+from ripple_flwr.wst.threads import worker_threads
+
+log = logging.getLogger("flwr.ripple")
+
+
+def stack_models(state: dict[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
+    """K identical copies of one model state, stacked on a leading cluster axis."""
+    return {key: np.repeat(np.asarray(v)[None], k, axis=0) for key, v in state.items()}
+
+
+class RippleStrategy(ServerModels):
+    """Ripple-Strat / Ripple-Unif / Ripple-HDB over the cluster models (and the oracle reference).
+
+    Client k receives ``theta_k = sum_c w_kc theta_c`` and returns its full
+    trained weights; the server forms ``delta_k = returned - theta_k`` and moves
+    each cluster by eq. 9, so per-round traffic equals FedAvg's. With
+    ``refine = "hdb"`` the K components are first grouped into K_hat
+    meta-clusters by HDBSCAN over the clients' w (eq. 10-11), and K_hat cluster
+    models are trained on the collapsed weights; late joiners and new clients
+    are collapsed with the same component map.
+
+    Parameters
+    ----------
+    settings : RunSettings
+        The run (sampling, clients per round, server lr, seeds, ...).
+    initial_state : dict[str, ndarray]
+        One model's state; the K cluster models start as copies of it.
+    router : Router, optional
+        Maps the clients' one-shot summaries ``(N, F)`` to weights ``(N, K)``
+        in one batched call. Required unless ``weights`` is given.
+    truth : ndarray (num_partitions, K), optional
+        The federation's true mixtures pi*, for the routing error only.
+    weights : ndarray (num_partitions, K), optional
+        Fixed weights by partition id (the oracle: ``weights = pi*``); no
+        summary is requested in the one-shot round then.
+    eps : float (default 1e-8)
+        Added to the denominator of eq. 9.
+    """
+
+    state_fields = (
+        "stacked",
+        "weights",
+        "raw_weights",
+        "component_map",
+        "routing",
+        "out_of_domain",
+    )
+
+    def __init__(
+        self,
+        settings: RunSettings,
+        initial_state: dict[str, np.ndarray],
+        *,
+        router: Router | None = None,
+        truth: np.ndarray | None = None,
+        weights: np.ndarray | None = None,
+        eps: float = 1e-8,
+    ) -> None:
+        if router is None and weights is None:
+            raise ValueError("RippleStrategy needs a router or fixed weights (the oracle)")
+        routed = router is not None and weights is None  # the oracle's clients send nothing
+        super().__init__(
+            settings,
+            initial_state,
+            summary_kind=router.needs if routed else "none",
+            summary_dim=router.input_dim if routed else None,
+        )
+        self.k = settings.embedding.num_components
+        self.router = router
+        self.fixed_weights = None if weights is None else np.asarray(weights, dtype=np.float64)
+        self.truth = None if truth is None else np.asarray(truth, dtype=np.float64)
+        self.eps = eps
+        self.initial_state = initial_state
+        self.stacked = stack_models(initial_state, self.k)
+        self.raw_weights: np.ndarray | None = None  # (rows, K): the router's w, rows = clients
+        self.weights: np.ndarray | None = None  # (rows, models): what mixing and eq. 9 use
+        self.component_map: np.ndarray | None = None  # (K,) component -> model (Ripple-HDB)
+        self.hdb: HDBResult | None = None
+        self.new_weights: np.ndarray | None = None  # (new clients, K), after zero-shot onboarding
+        self.routing: dict[str, Any] = {}
+        self.out_of_domain: list[dict[str, Any]] = []  # clients routed 1/K, and why
+
+    # -- one-shot assignment ------------------------------------------------------------------
+    @property
+    def num_models(self) -> int:
+        """Cluster models trained: K, or K_hat under Ripple-HDB."""
+        return int(next(iter(self.stacked.values())).shape[0])
+
+    def route(self, clients: QueryResult) -> np.ndarray:
+        """w (rows, K) of these clients: one batched router pass, or pi* for the oracle."""
+        pids = np.asarray(clients.partition_ids, dtype=np.int64)
+        if self.fixed_weights is not None:
+            w = self.fixed_weights[pids]
+        elif len(pids):
+            w = self._route_and_flag(clients)
+        else:
+            w = np.zeros((0, self.k))
+        if w.shape != (len(pids), self.k):
+            raise ValueError(
+                f"router returned weights of shape {w.shape}, expected ({len(pids)}, {self.k})"
+            )
+        return w
+
+    def _route_and_flag(self, clients: QueryResult) -> np.ndarray:
+        """The router's w; the clients whose summary it would not read are logged and recorded."""
+        both = getattr(self.router, "route_with_reasons", None)
+        if both is None:  # a router without a domain check (mean unmixing)
+            return np.asarray(self.router.route(clients.features), dtype=np.float64)
+        w, reasons = both(clients.features)  # one domain check, not a second pass
+        for pid, reason in zip(clients.partition_ids, reasons, strict=True):
+            if reason is not None:
+                log.warning("partition %d: %s", pid, reason)
+                self.out_of_domain.append({"partition": int(pid), "reason": reason})
+        return np.asarray(w, dtype=np.float64)
+
+    def model_weights(self, w: np.ndarray) -> np.ndarray:
+        """Weights over the trained models: w itself, or collapsed by the HDB map."""
+        if self.component_map is None:
+            return w
+        return collapse_weights(w, self.component_map, self.num_models)
+
+    def setup(self, clients: QueryResult) -> None:
+        """Every w_k in one batched forward pass; under HDB, the meta-clusters from them."""
+        w = self.route(clients)
+        pids = np.asarray(clients.partition_ids, dtype=np.int64)
+        self.raw_weights = w
+        if self.truth is not None:
+            self.routing = routing_metrics(w, self.truth[pids])
+            log.info(
+                "routing: mean L1 to pi* %.4f, ARI %s over %d hard clients",
+                self.routing["l1"],
+                self.routing["ari"],
+                self.routing["ari_clients"],
+            )
+        if self.settings.embedding.refine == "hdb":
+            self.refine(w, pids)
+        self.weights = self.model_weights(w)
+        mass = self.weights.sum(axis=0)
+        log.info("cluster mass: %s", np.array2string(mass, precision=2))
+
+    def refine(self, w: np.ndarray, pids: np.ndarray) -> None:
+        """Ripple-HDB: HDBSCAN over sqrt-JS distances of w; K_hat models from the map."""
+        res = refine_hdb(w, min_cluster_size=self.settings.embedding.min_cluster_size)
+        self.hdb = res
+        for event in res.events:
+            log.warning("Ripple-HDB: %s", event)
+        if res.fell_back:
+            log.warning("Ripple-HDB found no cluster: training all K=%d cluster models", self.k)
+        else:
+            self.component_map = res.component_map
+            self.stacked = stack_models(self.initial_state, res.num_meta)
+        log.info(
+            "Ripple-HDB: K_hat=%d meta-clusters from K=%d components, map %s",
+            self.num_models,
+            self.k,
+            res.component_map.tolist(),
+        )
+        if self.truth is not None:
+            ari, _ = hard_ari(self.truth[pids], res.labels)
+            if ari is not None:
+                self.routing["hdb_ari"] = ari
+
+    def admit(self, grid: Grid, server_round: int) -> None:
+        """Late joiners join; if they released a DP embedding, the server state is saved now.
+
+        With checkpoints on, a crash before the next one would otherwise lose
+        the count of those releases, and the resumed run would ask the same
+        clients for a second one. The state saved is the one after the last
+        round plus the joiners (admission draws nothing from the sampler), so
+        a run resumed from it goes on as this one does.
+        """
+        asked = self.roster.releases.requests
+        super().admit(grid, server_round)
+        keep = self.checkpoint_path is not None and self.settings.outputs.checkpoint_every
+        if keep and self.roster.releases.requests != asked:
+            save_server_state(self.checkpoint_path, self.server_state(server_round - 1))
+            log.info("round %d: server state saved with the new DP releases", server_round)
+
+    def add_clients(self, joined: QueryResult) -> None:
+        """Late joiners: routed (and collapsed) like everyone, in one batched pass."""
+        w = self.route(joined)
+        self.raw_weights = np.concatenate([self.raw_weights, w])
+        self.weights = np.concatenate([self.weights, self.model_weights(w)])
+        super().add_clients(joined)
+
+    def onboard_payloads(self, new: QueryResult) -> list[ArrayRecord]:
+        """theta_new = sum_c w_new,c theta_c from one batched router pass (phase 4)."""
+        w = self.route(new)
+        states = unstack(mix_stacked(self.model_weights(w), self.stacked))
+        self.new_weights = w
+        return states_to_records(states)
+
+    def reference_models(self) -> list[ArrayRecord]:
+        """Each cluster model on its own (the best-by-loss reference)."""
+        return states_to_records(unstack(self.stacked))
+
+    def sample_rows(self, server_round: int) -> np.ndarray:
+        """Stratified: every cluster with mass gets a representative; else uniform."""
+        if self.settings.training.sampling != "stratified":
+            return super().sample_rows(server_round)
+        active = self.active_rows()
+        if not len(active):
+            return active
+        sample = stratified_sample(
+            self.weights[active],
+            self.round_size(len(active)),
+            self.rng,
+            server_round=server_round,
+            order=RIPPLE_STRAT_ORDER.of(self.settings),
+        )
+        return active[sample]
+
+    # -- rounds -------------------------------------------------------------------------------
+    def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[ArrayRecord]:
+        """theta_k = sum_c w_kc theta_c for the sampled clients, one matrix product per tensor.
+
+        The products are (B, K) x (K, P): memory-bound, and slower on two
+        contended BLAS threads than on one; fixed blocks of columns on the
+        cores' threads, each with one BLAS thread, are faster on a quiet
+        machine and no slower on a loaded one (``benchmarks/federation.py``).
+        The clients do not train while the server mixes, so the cores are free.
+        """
+        with worker_threads() as workers:
+            self._sent = mix_stacked(self.weights[rows], self.stacked, workers=workers)
+        self._sent_pos = {int(r): i for i, r in enumerate(rows)}
+        return states_to_records(unstack(self._sent))
+
+    def sent_state(self, row: int) -> dict[str, np.ndarray] | None:
+        """Views of the model mixed for ``row`` this round (no decode of its record)."""
+        pos = self._sent_pos.get(int(row))
+        return None if pos is None else {k: v[pos, ...] for k, v in self._sent.items()}
+
+    def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
+        """Eq. 9 with delta_k = (returned weights - the theta_k the server sent)."""
+        if not accepted:
+            return None
+        pos = [self._sent_pos[a.row] for a in accepted]
+        # Replies were validated (keys, shapes, finiteness) by validate_train_reply:
+        # stack them once per tensor and subtract what was sent, no per-client copies.
+        # Subtract in place; rows sent and rows back in the same order need no gather.
+        in_order = pos == list(range(len(self._sent_pos)))
+        deltas = {}
+        for k, sent in self._sent.items():
+            if np.issubdtype(sent.dtype, np.inexact):
+                d = np.stack([a.state[k] for a in accepted])
+                deltas[k] = np.subtract(d, sent if in_order else sent[pos], out=d)
+        wrows = self.weights[[a.row for a in accepted]]
+        with worker_threads() as workers:
+            updated = apply_stacked_deltas(
+                self.stacked, deltas, wrows, self.settings.training.server_lr, self.eps, workers
+            )
+        for c, reason in enumerate(unsafe_stacked_steps(self.stacked, updated)):
+            if reason is not None:
+                log.error(
+                    "round %d: refused the update of cluster model %d (%s); all cluster models "
+                    "stay as they were",
+                    server_round,
+                    c,
+                    reason,
+                )
+                return None
+        self.stacked = updated
+        return None  # the cluster models live in the strategy; see final_arrays()
+
+    def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
+        """Every client's personalised model theta_k."""
+        return self.eval_payloads_of(arrays, np.arange(len(self.weights)))
+
+    def eval_payloads_of(self, arrays: ArrayRecord, rows: np.ndarray) -> list[ArrayRecord]:
+        """The personalised models of the clients at ``rows`` only (an ``eval-fraction`` sample):
+        mixing all of them first held 10,000 models at once (14 GB, benchmarks/scale.py)."""
+        with worker_threads() as workers:
+            mixed = mix_stacked(self.weights[rows], self.stacked, workers=workers)
+        return states_to_records(unstack(mixed))
+
+    def final_arrays(self) -> ArrayRecord:
+        """The K cluster models, stacked on a leading axis, as one ArrayRecord."""
+        return states_to_records([self.stacked])[0]
+
+    def saved_models(self) -> dict[str, np.ndarray]:
+        """The trained cluster models (K, or K_hat under Ripple-HDB), stacked."""
+        return {k: np.asarray(v) for k, v in self.stacked.items()}
+
+    def zero_shot_extras(self) -> dict[str, Any]:
+        """The new clients' routing weights and their error against pi*."""
+        if self.new_weights is None:
+            return {}
+        extras: dict[str, Any] = {"weights": self.new_weights}
+        if self.truth is not None:
+            pids = np.asarray(self.new_clients.partition_ids, dtype=np.int64)
+            extras["routing"] = routing_metrics(self.new_weights, self.truth[pids])
+        return extras
+
+    def run_record(self) -> dict[str, Any]:
+        rec = super().run_record()
+        rec["routing"] = {
+            **self.routing,
+            "weights": self.raw_weights,
+            "source": "oracle (pi*)" if self.fixed_weights is not None else self.router.name,
+            "out_of_domain": self.out_of_domain,
+        }
+        if self.hdb is not None:
+            rec["hdb"] = {
+                **self.hdb.to_dict(),
+                "num_models": self.num_models,
+                "model_weights": self.weights,
+            }
+        return rec
+
+
+def build_ripple(inp: MethodInputs) -> RippleStrategy:
+    """Ripple as the registry builds it: routed by the run's router."""
+    return RippleStrategy(
+        inp.settings, inp.initial_state, router=inp.router, truth=inp.true_mixtures
+    )
+
+
+def build_oracle(inp: MethodInputs) -> RippleStrategy:
+    """The oracle: Ripple with w = pi*, the true mixtures."""
+    return RippleStrategy(
+        inp.settings, inp.initial_state, weights=inp.true_mixtures, truth=inp.true_mixtures
+    )
+
+
+# What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
+METHOD = RippleStrategy
+
+
+def build(spec: MethodSpec, inputs: MethodInputs) -> RippleStrategy:
+    """Ripple's strategy for ``spec`` (``ripple``: the router's w; ``oracle``: w = pi*)."""
+    return build_oracle(inputs) if spec.name == "oracle" else build_ripple(inputs)

@@ -1,0 +1,47 @@
+"""Ripple and its oracle: the registry entry and its options (light: clients import it too).
+
+Its server side is in ``server.py``; its clients train with plain SGD.
+"""
+
+from __future__ import annotations
+
+from ripple_flwr.methods.spec import MethodSpec
+from ripple_flwr.settings import Option
+
+RIPPLE_STRAT_ORDER = Option(
+    "strat-order",
+    str,
+    "rotation",
+    "Ripple-Strat with more clusters than clients a round: rotation (each round starts one "
+    "sample further along the clusters' mass order, so every cluster gets a client within "
+    "ceil(K/S) rounds) or mass (the heaviest clusters every round, the earlier rule); the "
+    "same sample when K <= clients-per-round",
+    choices=("rotation", "mass"),
+)
+
+SPECS = (
+    MethodSpec(
+        "ripple",
+        "Ripple: K cluster models, one-shot GMM-VAE routing, w-mix down, eq. 9 up",
+        rank=0,
+        models="clusters",
+        exports="clusters",
+        needs_router=True,
+        routing_weights=True,
+        family="ripple",
+        options=(RIPPLE_STRAT_ORDER,),
+        benchmarks=("table2", "map"),
+    ),
+    MethodSpec(
+        "oracle",
+        "Ripple with w = pi* (the true mixtures): perfect-routing reference",
+        rank=1,
+        models="clusters",
+        exports="none",
+        routing_weights=True,
+        needs_truth=True,
+        family="ripple",
+        options=(RIPPLE_STRAT_ORDER,),
+        benchmarks=("map",),
+    ),
+)

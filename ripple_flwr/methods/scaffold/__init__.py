@@ -1,0 +1,1 @@
+"""SCAFFOLD (``spec.py``: entry and options; ``server.py``: the server side)."""
