@@ -164,8 +164,7 @@ class FLUXStrategy(ClusterModels):
 
     def end_round(self, accepted: list[Accepted], server_seconds: float):
         """The round's record also counts the descriptor messages sent since the last one."""
-        self._round.bytes_down += self._pending[0]
-        self._round.bytes_up += self._pending[1]
+        self.book.add_bytes(*self._pending)
         self._pending = [0, 0]
         return super().end_round(accepted, server_seconds)
 

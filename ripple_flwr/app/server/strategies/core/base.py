@@ -25,8 +25,6 @@ a strategy.
 from __future__ import annotations
 
 import logging
-import math
-import time
 from abc import abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
@@ -37,11 +35,10 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from ripple_flwr.aggregation.mixing import uniform_sample
 from ripple_flwr.app.protocol.candidates import Payload
 from ripple_flwr.app.protocol.messages import NUM_EXAMPLES, TRAIN_LOSS, train_config
 from ripple_flwr.app.server.strategies.core.evaluation.rounds import Evaluator, metrics_of
-from ripple_flwr.app.server.strategies.core.replies.acceptance import ReplyAcceptance
+from ripple_flwr.app.server.strategies.core.replies.acceptance import Replies, bytes_of
 from ripple_flwr.app.server.strategies.core.replies.defences import UpdateHistory
 from ripple_flwr.app.server.strategies.core.replies.validation import (
     Accepted,
@@ -50,23 +47,18 @@ from ripple_flwr.app.server.strategies.core.replies.validation import (
 )
 from ripple_flwr.app.server.strategies.core.replies.validator import ReplyValidator
 from ripple_flwr.app.server.strategies.core.roster.admission import ClientRoster, QueryResult
-from ripple_flwr.app.server.strategies.core.rounds.accounting import (
-    Ledger,
-    RoundRecord,
-)
+from ripple_flwr.app.server.strategies.core.rounds.accounting import Ledger, RoundBook
 from ripple_flwr.app.server.strategies.core.rounds.grid import PollingGrid
 from ripple_flwr.app.server.strategies.core.rounds.loop import run_rounds
+from ripple_flwr.app.server.strategies.core.rounds.sampler import Sampler
 from ripple_flwr.app.server.strategies.core.state.server_state import (
     restore_server_state,
     server_state,
 )
-from ripple_flwr.runs.results import message_nbytes
 from ripple_flwr.runs.resume import save_server_state
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
-
-_SAMPLER_KEY = 0x5A4D  # SeedSequence key of the client sampler (same for every method)
 
 
 def client_train_config(settings: RunSettings) -> ConfigRecord:
@@ -79,7 +71,7 @@ def client_train_config(settings: RunSettings) -> ConfigRecord:
     )
 
 
-class AppStrategy(ReplyAcceptance, Strategy):
+class AppStrategy(Strategy):
     """A Flower strategy run over the app's clients.
 
     Subclasses implement :meth:`eval_payloads`; they may override
@@ -94,9 +86,6 @@ class AppStrategy(ReplyAcceptance, Strategy):
     # lists, scalars, ArrayRecords), saved for resume; each class lists its own, the lists of
     # all bases are joined.
     state_fields: tuple[str, ...] = ("failures", "_accepted_norms", "_accepted_radials")
-    # Extra ArrayRecords every training reply must carry, by record name (SCAFFOLD: its
-    # control delta); validated like the model, a reply without them is dropped.
-    extra_reply_references: dict[str, Reference] = {}  # noqa: RUF012 (read-only default)
 
     def __init__(
         self,
@@ -134,28 +123,22 @@ class AppStrategy(ReplyAcceptance, Strategy):
         self.settings = settings
         self.summary_kind, self.summary_dim = summary_kind, summary_dim
         self.reference = state_reference(reference)
-        self.validator = (
-            ReplyValidator(self.reference, settings.robustness.round_timeout)
-            if validator is None
-            else validator
-        )
-        self.rng = np.random.default_rng(
-            np.random.SeedSequence([settings.training.seed, _SAMPLER_KEY])
-        )
         self.num_rounds = settings.training.num_server_rounds
-        self.ledger = Ledger() if ledger is None else ledger
         self.roster = (
             ClientRoster(settings, summary_kind, summary_dim) if roster is None else roster
         )
-        self.final_global: ArrayRecord | None = None
-        self._sent_messages: list[tuple[int, Message]] = []  # (row, training message) this round
-        self._round: RoundRecord | None = None
-        self._round_start = 0.0
-        # The accepted replies' update norms and radial steps of the last HISTORY_ROUNDS
-        # rounds (oldest first): the yardstick honest clients set for the update bound.
-        self.update_history = UpdateHistory()
-        self.failures: dict[int, int] = {}  # row -> training rounds failed in a row
+        self.sampler = Sampler(settings)
+        self.book = RoundBook(ledger)
+        self.replies = Replies(
+            settings,
+            ReplyValidator(self.reference, settings.robustness.round_timeout)
+            if validator is None
+            else validator,
+            self.roster,
+            self,
+        )
         self.evaluator = Evaluator(settings) if evaluator is None else evaluator
+        self.final_global: ArrayRecord | None = None
 
     # -- what the method declares ---------------------------------------------------------
     @classmethod
@@ -174,10 +157,13 @@ class AppStrategy(ReplyAcceptance, Strategy):
 
     def state_values(self) -> dict[str, Any]:
         """Each declared state field's value, by its saved name."""
-        history = {"_accepted_norms": self.update_history.norms}
-        history["_accepted_radials"] = self.update_history.radials
+        engine = {
+            "failures": self.sampler.failures,
+            "_accepted_norms": self.replies.update_history.norms,
+            "_accepted_radials": self.replies.update_history.radials,
+        }
         return {
-            name: history[name] if name in history else getattr(self, name)
+            name: engine[name] if name in engine else getattr(self, name)
             for name in self.declared_state()
         }
 
@@ -185,7 +171,9 @@ class AppStrategy(ReplyAcceptance, Strategy):
         """Put back checked state fields (:func:`~.state.restore.restored_fields`)."""
         fields = dict(fields)
         norms, radials = fields.pop("_accepted_norms", []), fields.pop("_accepted_radials", [])
-        self.update_history = UpdateHistory(norms, radials)
+        self.replies.restore_history(UpdateHistory(norms, radials))
+        if "failures" in fields:
+            self.sampler.restore(fields.pop("failures"))
         for name, value in fields.items():
             setattr(self, name, value)
 
@@ -205,6 +193,16 @@ class AppStrategy(ReplyAcceptance, Strategy):
         """The held-out clients onboarded zero-shot after training."""
         return self.roster.new_clients
 
+    @property
+    def ledger(self) -> Ledger:
+        """Every round and evaluation of the run so far."""
+        return self.book.ledger
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The run's sampler generator (a method that samples its own way draws from it)."""
+        return self.sampler.rng
+
     def prepare(self, grid: Grid) -> QueryResult:
         """Wait for the nodes and run the one-shot round; then :meth:`setup`."""
         clients = self.roster.prepare(grid)
@@ -218,11 +216,10 @@ class AppStrategy(ReplyAcceptance, Strategy):
         A newcomer may take over the partition of a client that failed its last
         round (a restarted SuperNode): that row counts no failures any more.
         """
-        failing = [r for r, n in self.failures.items() if n > 0 and r < len(self.clients)]
+        failing = self.sampler.failing_rows(len(self.clients))
         replaceable = [self.clients.partition_ids[r] for r in failing]
         joined = self.roster.admit_late_joiners(grid, server_round, replaceable)
-        for row in self.roster.taken_over:
-            self.failures.pop(row, None)
+        self.sampler.forget(self.roster.taken_over)
         if joined is not None:
             self.add_clients(joined)
 
@@ -237,21 +234,36 @@ class AppStrategy(ReplyAcceptance, Strategy):
 
     def active_rows(self) -> np.ndarray:
         """Rows that may be sampled: not failed ``max-failures`` training rounds in a row."""
-        limit = self.settings.robustness.max_failures
-        usable = np.ones(len(self.clients), dtype=bool)
-        usable[[r for r, n in self.failures.items() if n >= limit and r < len(usable)]] = False
-        return np.flatnonzero(usable).astype(np.int64)
+        return self.sampler.active_rows(len(self.clients))
 
     def round_size(self, available: int) -> int:
         """Clients per round, fewer when fewer are usable (a smaller round, not a failure)."""
-        return min(self.settings.training.clients_per_round, available)
+        return self.sampler.round_size(available)
 
     def sample_rows(self, server_round: int) -> np.ndarray:
         """Rows (clients) trained this round: uniform without replacement over active rows."""
-        active = self.active_rows()
-        if not len(active):
-            return active
-        return active[uniform_sample(len(active), self.round_size(len(active)), self.rng)]
+        return self.sampler.uniform(len(self.clients))
+
+    # -- what the method answers about its replies (ReplyHooks) -----------------------------
+    # Extra ArrayRecords every training reply must carry, by record name (SCAFFOLD: its
+    # control delta); validated like the model, a reply without them is dropped.
+    extra_reply_references: dict[str, Reference] = {}  # noqa: RUF012 (read-only default)
+
+    def sent_state(self, row: int) -> dict[str, np.ndarray] | None:
+        """The model sent to ``row`` this round, if the strategy keeps it (else it is decoded).
+
+        A strategy that sends each client its own model (Ripple) keeps them as
+        arrays already; returning views of those saves one decode per reply.
+        """
+        return None
+
+    def update_origin(self, a: Accepted, sent: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The model a reply's update is measured from: what was sent (IFCA: the chosen one)."""
+        return sent
+
+    def check_reply(self, a: Accepted) -> str | None:
+        """A method's own check of a valid reply: the reason to drop it, or ``None``."""
+        return None
 
     def add_clients(self, joined: QueryResult) -> None:
         """Training clients that connected after the one-shot round join the roster."""
@@ -349,44 +361,35 @@ class AppStrategy(ReplyAcceptance, Strategy):
     def begin_round(self, server_round: int, grid: Grid) -> np.ndarray:
         """Admit late joiners and draw this round's rows with the run's seeded sampler."""
         self.admit(grid, server_round)
-        self._sent_messages = []  # a round that sends nothing must not wait on the last one's
-        self._round_start = time.perf_counter()
+        self.replies.begin()  # a round that sends nothing must not wait on the last one's
+        self.book.open(server_round)  # the round's server time starts here
         rows = np.asarray(self.sample_rows(server_round), dtype=np.int64)
-        self._round = RoundRecord(
-            round=server_round, sampled=[self.clients.partition_ids[int(r)] for r in rows]
-        )
+        self.book.sampled([self.clients.partition_ids[int(r)] for r in rows])
         return rows
 
     def record_sent(self, rows: np.ndarray, messages: list[Message]) -> list[Message]:
         """Remember which message went to which row, count the bytes; messages in row order."""
-        node_row = {self.clients.node_ids[int(r)]: int(r) for r in rows}
-        messages = sorted(messages, key=lambda m: node_row[int(m.metadata.dst_node_id)])
-        self._sent_messages = [(node_row[int(m.metadata.dst_node_id)], m) for m in messages]
-        self._round.bytes_down = sum(message_nbytes(m) for m in messages)
-        self._round.server_seconds = time.perf_counter() - self._round_start
+        messages = self.replies.record_sent(rows, messages)
+        self.book.sent(bytes_of(messages), len(messages))
         return messages
+
+    def accept_replies(self, server_round: int, replies: Iterable[Message]) -> list[Accepted]:
+        """The round's usable replies in row order (:meth:`Replies.accept`); the dropped
+        ones go into the round's record, and clients that failed ``max-failures`` rounds in
+        a row are left out of sampling."""
+        replies = list(replies)
+        self.book.received(bytes_of(replies))
+        accepted, dropped = self.replies.accept(server_round, replies)
+        self.book.drop(dropped)
+        self.sampler.count_failures(
+            server_round, [a.row for a in accepted], dropped, self.replies.sent_partitions()
+        )
+        return accepted
 
     def end_round(self, accepted: list[Accepted], server_seconds: float) -> MetricRecord | None:
         """Close the round's record and log it; the train metrics Flower's loop keeps."""
-        rec = self._round
-        rec.server_seconds += server_seconds
-        rec.wall_seconds = time.perf_counter() - self._round_start
-        rec.received = len(accepted)
-        rec.num_examples = sum(a.num_examples for a in accepted)
-        losses = [(a.train_loss, a.num_examples) for a in accepted if math.isfinite(a.train_loss)]
-        if losses:
-            rec.train_loss = sum(v * n for v, n in losses) / sum(n for _, n in losses)
-        self.ledger.add_round(rec)
-        log.info(
-            "round %d/%d: %d/%d replies used, train loss %.4f, %.2f MB down, %.2f MB up",
-            rec.round,
-            self.num_rounds,
-            len(accepted),
-            len(self._sent_messages),
-            rec.train_loss,
-            rec.bytes_down / 2**20,
-            rec.bytes_up / 2**20,
-        )
+        losses = [(a.train_loss, a.num_examples) for a in accepted]
+        rec = self.book.close(losses, server_seconds, self.num_rounds)
         if not accepted:
             return None
         return MetricRecord({TRAIN_LOSS: rec.train_loss, NUM_EXAMPLES: rec.num_examples})
@@ -413,26 +416,14 @@ class AppStrategy(ReplyAcceptance, Strategy):
         if rec is None:
             return None
         self.scored(server_round, rec.clients)
-        self.ledger.add_evaluation(rec)
-        self._readmit(server_round, rec.clients)
+        self.book.add_evaluation(rec)
+        row_of = {p: r for r, p in enumerate(self.clients.partition_ids)}
+        self.sampler.readmit(server_round, rec.clients, row_of)
         return metrics_of(rec)
 
     def scored(self, server_round: int, per_client: list) -> None:
         """Read an evaluation's scores (IFCA: which model each client chose); nothing by default."""
         return None
-
-    def _readmit(self, server_round: int, scored: list) -> None:
-        """A client left out of sampling that answers an evaluation is sampled again."""
-        row_of = {p: r for r, p in enumerate(self.clients.partition_ids)}
-        for c in scored:
-            row = row_of[c.partition]
-            if self.failures.get(row, 0) >= self.settings.robustness.max_failures:
-                log.info(
-                    "round %d: partition %d answers again; back in sampling",
-                    server_round,
-                    c.partition,
-                )
-            self.failures.pop(row, None)
 
     # -- resume ----------------------------------------------------------------------------
     def server_state(self, server_round: int) -> dict[str, Any]:

@@ -108,7 +108,7 @@ class GlobalModel(ServerModels):
                 sorted(self.clients.partition_ids[a.row] for a in accepted),
                 reason,
             )
-            self._round.refused = reason
+            self.book.refuse(reason)
             return None
         for a in accepted:
             self.trained_count[a.row] = self.trained_count.get(a.row, 0) + 1

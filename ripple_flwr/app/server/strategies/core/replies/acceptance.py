@@ -1,69 +1,140 @@
-"""A round's training replies, accepted or dropped in one place: :class:`ReplyAcceptance`.
+"""A round's training replies, accepted or dropped in one place: :class:`Replies`.
 
-Part of :class:`~ripple_flwr.app.server.strategies.core.base.AppStrategy` (a mixin
-it is built from; it reads the strategy's settings, roster and the messages
-of the round, and the strategy's methods decide what a reply is measured from).
-The reply validator's checks (:mod:`.validator`: validation, the counts held to the
-query round's sizes), then the
-registered reply defences in order (:mod:`~ripple_flwr.app.server.strategies.core.replies.defences`:
-the method's own check, the update bound, any added), and the failures of each client.
+The strategy owns one :class:`Replies`. It remembers which message went to which row,
+runs the reply validator's checks (:mod:`.validator`: validation, the counts held to the
+query round's sizes), then the registered reply defences in order
+(:mod:`~ripple_flwr.app.server.strategies.core.replies.defences`: the method's own check,
+the update bound, any added), and keeps the update history the update bound measures
+against. What a method decides (its own reply check, what an update is measured from,
+the extra records a reply must carry) it answers through :class:`ReplyHooks`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Protocol
 
 import numpy as np
 from flwr.app import Message
 
 from ripple_flwr.app.protocol.records import record_to_state
-from ripple_flwr.app.server.strategies.core.replies.defences import apply_defences
-from ripple_flwr.app.server.strategies.core.replies.validation import (
-    Accepted,
+from ripple_flwr.app.server.strategies.core.replies.defences import (
+    UpdateHistory,
+    apply_defences,
 )
+from ripple_flwr.app.server.strategies.core.replies.validation import Accepted, Reference
+from ripple_flwr.app.server.strategies.core.replies.validator import ReplyValidator
+from ripple_flwr.app.server.strategies.core.roster.admission import ClientRoster, QueryResult
 from ripple_flwr.app.server.strategies.core.rounds.accounting import Dropped
 from ripple_flwr.runs.results import message_nbytes
+from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
 
+State = dict[str, np.ndarray]
 
-class ReplyAcceptance:
-    """Accepts a round's training replies for :class:`AppStrategy` (see its attributes)."""
 
-    def accept_replies(self, server_round: int, replies: Iterable[Message]) -> list[Accepted]:
-        """Validate every reply in one place; the usable ones in row order.
+class ReplyHooks(Protocol):
+    """What the method answers about its replies (the strategy, until the engine holds it)."""
+
+    extra_reply_references: dict[str, Reference]
+
+    def check_reply(self, a: Accepted) -> str | None: ...
+
+    def sent_state(self, row: int) -> State | None: ...
+
+    def update_origin(self, a: Accepted, sent: State) -> State: ...
+
+
+class Replies:
+    """The training replies of a run's rounds: matched, validated, defended, counted.
+
+    Parameters
+    ----------
+    settings
+        The run's settings (the defences read their robustness group).
+    validator
+        The reply validator (the model's keys, shapes and dtypes; the round's timeout).
+    roster
+        The run's roster: who each row is.
+    method
+        The method's answers: its own reply check, what an update is measured from, the
+        extra records a reply carries.
+    """
+
+    def __init__(
+        self,
+        settings: RunSettings,
+        validator: ReplyValidator,
+        roster: ClientRoster,
+        method: ReplyHooks,
+    ) -> None:
+        self.settings = settings
+        self.validator = validator
+        self.roster = roster
+        self.method = method
+        # The accepted replies' update norms and radial steps of the last HISTORY_ROUNDS
+        # rounds (oldest first): the yardstick honest clients set for the update bound.
+        self.update_history = UpdateHistory()
+        self._sent: list[tuple[int, Message]] = []  # (row, training message) this round
+
+    def restore_history(self, history: UpdateHistory) -> None:
+        """Continue the update history a resumed run saved."""
+        self.update_history = history
+
+    @property
+    def clients(self) -> QueryResult:
+        """The training clients, in row order (what a defence reads)."""
+        return self.roster.clients
+
+    def begin(self) -> None:
+        """A new round: nothing sent yet (a round that sends nothing waits on no reply)."""
+        self._sent = []
+
+    def record_sent(self, rows: np.ndarray, messages: list[Message]) -> list[Message]:
+        """Remember which message went to which row; the messages in row order."""
+        node_row = {self.clients.node_ids[int(r)]: int(r) for r in rows}
+        messages = sorted(messages, key=lambda m: node_row[int(m.metadata.dst_node_id)])
+        self._sent = [(node_row[int(m.metadata.dst_node_id)], m) for m in messages]
+        return messages
+
+    def sent_partitions(self) -> dict[int, int]:
+        """The partition of each client sent a message this round, to its row."""
+        return {self.clients.partition_ids[r]: r for r, _ in self._sent}
+
+    def accept(
+        self, server_round: int, replies: list[Message]
+    ) -> tuple[list[Accepted], list[Dropped]]:
+        """Validate every reply in one place: the usable ones in row order, and the dropped.
 
         A reply is matched to the message it answers; its model must pass
-        :func:`~ripple_flwr.app.server.strategies.core.replies.validation.validate_train_reply`; its
-        ``num-examples`` is held to the client's training split size from the
-        query round; its update must be in proportion with the round's (see
-        :func:`ripple_flwr.aggregation.robust.out_of_bound`). Clients that failed
-        ``max-failures`` rounds in a row are left out of sampling.
+        :func:`~ripple_flwr.app.server.strategies.core.replies.validation.validate_train_reply`;
+        its ``num-examples`` is held to the client's training split size from the query
+        round; then every registered defence runs on the replies the ones before it kept.
         """
-        replies = list(replies)
-        self._round.bytes_up = sum(message_nbytes(m) for m in replies)
         # Ids are set when the grid pushes the messages, after configure_train returned them.
-        pending = {str(m.metadata.message_id): row for row, m in self._sent_messages}
+        pending = {str(m.metadata.message_id): row for row, m in self._sent}
         accepted, dropped = self.validator.check(
-            server_round, replies, pending, self.clients, self.extra_reply_references
+            server_round, replies, pending, self.clients, self.method.extra_reply_references
         )
         accepted, refused = apply_defences(self, server_round, accepted)
         out = [self._drop(server_round, a, reason) for a, reason in refused]
-        dropped = sorted(dropped + out, key=lambda d: d.partition)
-        self._round.dropped = dropped
-        self._count_failures(server_round, accepted, dropped)
-        return accepted
+        return accepted, sorted(dropped + out, key=lambda d: d.partition)
 
-    def update_origins(self, accepted: list[Accepted]) -> list[dict[str, np.ndarray]]:
+    def check_reply(self, a: Accepted) -> str | None:
+        """The method's own check of a valid reply: the reason to drop it, or ``None``."""
+        return self.method.check_reply(a)
+
+    def update_origins(self, accepted: list[Accepted]) -> list[State]:
         """The model each reply's update is measured from, each record decoded once."""
-        sent: dict[int, dict[str, np.ndarray]] = {}
-        decoded: dict[int, dict[str, np.ndarray]] = {}  # one decode per shared record
+        sent: dict[int, State] = {}
+        decoded: dict[int, State] = {}  # one decode per shared record
         wanted = {a.row for a in accepted}
-        for row, msg in self._sent_messages:
+        for row, msg in self._sent:
             if row not in wanted:
                 continue
-            own = self.sent_state(row)
+            own = self.method.sent_state(row)
             if own is not None:
                 sent[row] = own
                 continue
@@ -71,15 +142,7 @@ class ReplyAcceptance:
             if id(record) not in decoded:
                 decoded[id(record)] = record_to_state(record)
             sent[row] = decoded[id(record)]
-        return [self.update_origin(a, sent[a.row]) for a in accepted]
-
-    def sent_state(self, row: int) -> dict[str, np.ndarray] | None:
-        """The model sent to ``row`` this round, if the strategy keeps it (else it is decoded).
-
-        A strategy that sends each client its own model (Ripple) keeps them as
-        arrays already; returning views of those saves one decode per reply.
-        """
-        return None
+        return [self.method.update_origin(a, sent[a.row]) for a in accepted]
 
     def _drop(self, server_round: int, a: Accepted, reason: str) -> Dropped:
         """Log a reply that passed validation but is not used, and record why."""
@@ -87,31 +150,7 @@ class ReplyAcceptance:
         log.warning("round %d: dropped reply of partition %d: %s", server_round, pid, reason)
         return Dropped(pid, reason)
 
-    def update_origin(self, a: Accepted, sent: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The model a reply's update is measured from: what was sent (IFCA: the chosen one)."""
-        return sent
 
-    def check_reply(self, a: Accepted) -> str | None:
-        """A method's own check of a valid reply: the reason to drop it, or ``None``."""
-        return None
-
-    def _count_failures(
-        self, server_round: int, accepted: list[Accepted], dropped: list[Dropped]
-    ) -> None:
-        """Count training rounds each client failed in a row (no reply or a client error)."""
-        row_of = {self.clients.partition_ids[r]: r for r, _ in self._sent_messages}
-        for a in accepted:
-            self.failures.pop(a.row, None)
-        for d in dropped:
-            if not (d.reason.startswith("no reply") or d.reason.startswith("client error")):
-                continue  # a bad reply came back: the node is alive
-            row = row_of[d.partition]
-            self.failures[row] = self.failures.get(row, 0) + 1
-            if self.failures[row] == self.settings.robustness.max_failures:
-                log.warning(
-                    "round %d: partition %d failed %d rounds in a row; left out of sampling "
-                    "until it answers an evaluation",
-                    server_round,
-                    d.partition,
-                    self.failures[row],
-                )
+def bytes_of(messages: Iterable[Message]) -> int:
+    """Bytes of these messages' records (what went over the wire)."""
+    return sum(message_nbytes(m) for m in messages)

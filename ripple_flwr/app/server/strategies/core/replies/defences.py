@@ -40,9 +40,11 @@ class ReplyDefence:
     name : str
         A lower-case word naming it in logs and in :data:`REPLY_DEFENCES`.
     check : callable
-        ``check(strategy, server_round, accepted)`` -> one entry per reply: the reason to
+        ``check(replies, server_round, accepted)`` -> one entry per reply: the reason to
         drop it (a short sentence, recorded in the results file), or ``None`` to keep it.
-        ``strategy`` is the run's ``AppStrategy`` (its settings, roster and models).
+        ``replies`` is the run's :class:`~.acceptance.Replies`: its ``settings``,
+        ``clients``, ``update_history``, ``update_origins`` and the method's
+        ``check_reply``.
     doc : str
         One line: what it refuses and why.
     """
@@ -89,14 +91,15 @@ def register_defence(defence: ReplyDefence, *, before: str | None = None) -> Rep
 
 
 def apply_defences(
-    strategy: Any, server_round: int, accepted: list[Accepted]
+    replies: Any, server_round: int, accepted: list[Accepted]
 ) -> tuple[list[Accepted], list[tuple[Accepted, str]]]:
     """The replies every registered defence keeps, and the dropped ones with their reason.
 
     Parameters
     ----------
-    strategy
-        The method's strategy (its settings and the history a defence reads).
+    replies
+        The run's :class:`~.acceptance.Replies` (the settings and the history a defence
+        reads).
     server_round
         The round the replies answer.
     accepted
@@ -106,7 +109,7 @@ def apply_defences(
     for defence in list(REPLY_DEFENCES):
         if not accepted:
             break
-        reasons = list(defence.check(strategy, server_round, accepted))
+        reasons = list(defence.check(replies, server_round, accepted))
         if len(reasons) != len(accepted):
             raise ValueError(
                 f"defence {defence.name!r} gave {len(reasons)} verdicts for {len(accepted)} replies"
@@ -134,22 +137,22 @@ class UpdateHistory:
 
 
 # -- the built-in defences, in order ---------------------------------------------------------
-def method_check(strategy: Any, server_round: int, accepted: Sequence[Accepted]) -> list:
+def method_check(replies: Any, server_round: int, accepted: Sequence[Accepted]) -> list:
     """The method's own check (``check_reply``: IFCA's chosen index, SCAFFOLD's control)."""
-    return [strategy.check_reply(a) for a in accepted]
+    return [replies.check_reply(a) for a in accepted]
 
 
-def update_bound(strategy: Any, server_round: int, accepted: Sequence[Accepted]) -> list:
+def update_bound(replies: Any, server_round: int, accepted: Sequence[Accepted]) -> list:
     """Replies whose update is out of proportion with the round's honest ones.
 
     Two yardsticks (:mod:`ripple_flwr.aggregation.robust`): the update's norm and its
     radial step, each against the low median of this round's and of the last
     :data:`HISTORY_ROUNDS` rounds' accepted replies; the kept ones join that history.
     """
-    s = strategy.settings
+    s = replies.settings
     if s.robustness.update_norm_factor <= 0 and s.robustness.max_update_norm <= 0:
         return [None] * len(accepted)
-    origins = strategy.update_origins(list(accepted))
+    origins = replies.update_origins(list(accepted))
     model_norm: dict[int, float] = {}  # one norm per distinct model sent
     for o in origins:
         if id(o) not in model_norm:
@@ -158,7 +161,7 @@ def update_bound(strategy: Any, server_round: int, accepted: Sequence[Accepted])
     norms = [n for n, _ in stats]
     squares = [max(model_norm[id(o)], 1e-12) ** 2 for o in origins]
     radials = [dot / sq for (_, dot), sq in zip(stats, squares, strict=True)]
-    history: UpdateHistory = strategy.update_history
+    history: UpdateHistory = replies.update_history
     by_norm = out_of_bound(
         norms,
         history.norms,

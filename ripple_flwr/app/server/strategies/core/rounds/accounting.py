@@ -6,9 +6,13 @@ one place; the strategies only fill them in.
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+log = logging.getLogger("flwr.ripple")
 
 
 @dataclass
@@ -113,3 +117,88 @@ class Ledger:
                 "evaluation": self.evaluation_seconds,
             },
         }
+
+
+class RoundBook:
+    """The run's :class:`Ledger` and the training round being recorded in it.
+
+    A round opens when its clients are drawn (:meth:`open`), is charged what goes over the
+    wire (:meth:`sent`, :meth:`received`, :meth:`add_bytes`) and what happened to its
+    replies (:meth:`drop`, :meth:`refuse`), and closes into the ledger (:meth:`close`).
+    """
+
+    def __init__(self, ledger: Ledger | None = None) -> None:
+        self.ledger = Ledger() if ledger is None else ledger
+        self._open: RoundRecord | None = None
+        self._start = 0.0
+        self._messages = 0
+
+    def open(self, server_round: int) -> None:
+        """A training round begins (its server time counts from here)."""
+        self._start = time.perf_counter()
+        self._messages = 0
+        self._open = RoundRecord(round=server_round, sampled=[])
+
+    def sampled(self, partitions: list[int]) -> None:
+        """The round's clients were drawn (partition ids, in row order)."""
+        self._open.sampled = partitions
+
+    def sent(self, bytes_down: int, messages: int) -> None:
+        """The round's training messages are built: their bytes and the server time so far."""
+        self._open.bytes_down = bytes_down
+        self._open.server_seconds = time.perf_counter() - self._start
+        self._messages = messages
+
+    def received(self, bytes_up: int) -> None:
+        """The round's replies came back (every one, used or not)."""
+        self._open.bytes_up = bytes_up
+
+    def add_bytes(self, down: int, up: int) -> None:
+        """Bytes of a side exchange (FLUX's descriptor round) charged to this round."""
+        self._open.bytes_down += down
+        self._open.bytes_up += up
+
+    def drop(self, dropped: list[Dropped]) -> None:
+        """The replies not used this round, and why (by partition)."""
+        self._open.dropped = dropped
+
+    def refuse(self, reason: str) -> None:
+        """The round's aggregate was refused: the model stays as it was."""
+        self._open.refused = reason
+
+    def close(
+        self, losses: list[tuple[float, int]], server_seconds: float, num_rounds: int
+    ) -> RoundRecord:
+        """Close the round into the ledger and log it.
+
+        ``losses`` are the used replies' (train loss, examples); the round's loss is their
+        example-weighted mean over the finite ones.
+        """
+        rec = self._open
+        rec.server_seconds += server_seconds
+        rec.wall_seconds = time.perf_counter() - self._start
+        rec.received = len(losses)
+        rec.num_examples = sum(n for _, n in losses)
+        finite = [(v, n) for v, n in losses if math.isfinite(v)]
+        if finite:
+            rec.train_loss = sum(v * n for v, n in finite) / sum(n for _, n in finite)
+        self.ledger.add_round(rec)
+        log.info(
+            "round %d/%d: %d/%d replies used, train loss %.4f, %.2f MB down, %.2f MB up",
+            rec.round,
+            num_rounds,
+            len(losses),
+            self._messages,
+            rec.train_loss,
+            rec.bytes_down / 2**20,
+            rec.bytes_up / 2**20,
+        )
+        return rec
+
+    def add_evaluation(self, record: EvaluationRecord) -> None:
+        """An evaluation's record joins the ledger."""
+        self.ledger.add_evaluation(record)
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        """Continue the ledger a resumed run saved (:meth:`Ledger.to_dict`)."""
+        self.ledger = Ledger.from_dict(saved)

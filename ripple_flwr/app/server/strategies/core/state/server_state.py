@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ripple_flwr.app.server.strategies.core.rounds.accounting import Ledger
 from ripple_flwr.app.server.strategies.core.state.plain import to_plain
 from ripple_flwr.app.server.strategies.core.state.restore import restored_fields
 
@@ -24,8 +23,8 @@ def server_state(strategy: AppStrategy, server_round: int) -> dict[str, Any]:
         "round": server_round,
         "method": strategy.settings.method,
         "settings": strategy.settings.to_dict(),
-        "rng": strategy.rng.bit_generator.state,
-        "ledger": strategy.ledger.to_dict(),
+        "rng": strategy.sampler.rng_state(),
+        "ledger": strategy.book.ledger.to_dict(),
         "roster": strategy.roster.to_dict(),
         "fields": {name: to_plain(name, value) for name, value in strategy.state_values().items()},
     }
@@ -41,7 +40,7 @@ def restore_server_state(strategy: AppStrategy, state: dict[str, Any]) -> None:
     clients = strategy.clients
     fresh = {p: n for p, n in zip(clients.partition_ids, clients.node_ids, strict=True)}
     strategy.roster.restore(state["roster"], fresh)
-    strategy.rng.bit_generator.state = state["rng"]
-    strategy.ledger = Ledger.from_dict(state["ledger"])
+    strategy.sampler.restore_rng(state["rng"])
+    strategy.book.restore(state["ledger"])
     strategy.restore_state_values(fields)
     strategy.round_offset = int(state["round"])
