@@ -179,11 +179,12 @@ def save_for_onboarding(
     from ripple_flwr.runs.saved_runs import SavedRun, save_run
 
     exports = get_method(settings.method).exports
-    models = strategy.saved_models()
+    export = strategy.export()
+    models = export.models
     if exports == "none" or models is None:
         return None
     router: dict = {"router": "none"}
-    descriptor = strategy.saved_descriptor() if exports == "descriptors" else None
+    descriptor = export.descriptor if exports == "descriptors" else None
     if descriptor is not None:  # FLUX after its clustering: centroids, scaler, its model
         router = {"router": "descriptor", "descriptor": descriptor}
     if exports == "clusters":
@@ -191,7 +192,7 @@ def save_for_onboarding(
         router = {
             "router": settings.embedding.router,
             "router_checkpoint": str(ckpt),  # save_run records its SHA-256
-            "component_map": strategy.component_map,
+            "component_map": export.component_map,
         }
     run = SavedRun(
         cluster_states=models,

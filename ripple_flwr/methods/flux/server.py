@@ -62,6 +62,7 @@ from ripple_flwr.app.server.strategies.core.clustered import ClusterModels
 from ripple_flwr.app.server.strategies.core.replies.fields import SIZE_CAP_FACTOR
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
+from ripple_flwr.methods.api import Export
 from ripple_flwr.methods.flux.descriptors import DescriptorRound, descriptor_round
 from ripple_flwr.methods.flux.spec import (
     FLUX_ACCURACY_DELTA,
@@ -316,6 +317,10 @@ class FLUXStrategy(ClusterModels):
             "offset": self.offset,
             "bound": np.array([self.stat_bound]),
         }
+
+    def export(self) -> Export:
+        """The cluster models and, once it clustered, what assigns a descriptor to one."""
+        return Export(self.saved_models(), descriptor=self.saved_descriptor())
 
     def reference_models(self) -> list:
         """Every cluster model (the best-by-loss reference beside FLUX's own assignment)."""

@@ -25,6 +25,7 @@ from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.server_models import ServerModels
+from ripple_flwr.methods.api import Export, Onboarding
 from ripple_flwr.methods.ripple.spec import RIPPLE_STRAT_ORDER
 from ripple_flwr.methods.spec import MethodInputs, MethodSpec
 from ripple_flwr.router.routers import Router
@@ -222,6 +223,22 @@ class RippleStrategy(ServerModels):
         states = unstack(mix_stacked(self.model_weights(w), self.stacked))
         self.new_weights = w
         return states_to_records(states)
+
+    def onboard(self, new: QueryResult) -> Onboarding:
+        """The new clients' mixed models, and those the router gave w = 1/K."""
+        seen = len(self.out_of_domain)
+        payloads = self.onboard_payloads(new)
+        ids = {int(p) for p in new.partition_ids}
+        flagged = [
+            {"partition": int(f["partition"]), "reason": str(f["reason"])}
+            for f in self.out_of_domain[seen:]
+            if int(f["partition"]) in ids
+        ]
+        return Onboarding(payloads, flagged)
+
+    def export(self) -> Export:
+        """The cluster models and the map from router components to them."""
+        return Export(self.saved_models(), component_map=self.component_map)
 
     def reference_models(self) -> list[ArrayRecord]:
         """Each cluster model on its own (the best-by-loss reference)."""

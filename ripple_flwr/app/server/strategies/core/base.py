@@ -55,6 +55,7 @@ from ripple_flwr.app.server.strategies.core.state.server_state import (
     restore_server_state,
     server_state,
 )
+from ripple_flwr.methods.api import Export, Onboarding
 from ripple_flwr.runs.resume import save_server_state
 from ripple_flwr.settings import RunSettings
 
@@ -285,6 +286,14 @@ class AppStrategy(Strategy):
     def onboard_payloads(self, new: QueryResult) -> list[Payload] | None:
         """The zero-shot model (or candidates) of each new client (``None``: none)."""
         return None
+
+    def onboard(self, new: QueryResult) -> Onboarding:
+        """The new clients' zero-shot models (:meth:`onboard_payloads`), as the run reads them."""
+        return Onboarding(self.onboard_payloads(new))
+
+    def export(self) -> Export:
+        """What a saved run keeps for onboarding outside it (:meth:`saved_models`)."""
+        return Export(self.saved_models())
 
     def reference_models(self) -> list[ArrayRecord]:
         """Every model the server holds, for the best-by-loss reference (none by default)."""

@@ -51,12 +51,10 @@ def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
             "new-clients=%d but no new client answered; no zero-shot score", s.data.new_clients
         )
         return rec
-    flagged = getattr(strategy, "out_of_domain", None)  # Ripple's: clients routed 1/K, and why
-    seen = len(flagged) if isinstance(flagged, list) else 0
     t0 = time.perf_counter()
-    payloads = strategy.onboard_payloads(new)
+    onboarding = strategy.onboard(new)
     server_seconds = time.perf_counter() - t0
-    uniform = _routed_uniformly(flagged, seen, new.partition_ids)
+    payloads, uniform = onboarding.payloads, onboarding.routed_uniformly
     if payloads is None:
         log.info("%s has no zero-shot model for new clients", type(strategy).__name__)
         rec["supported"] = False
@@ -103,15 +101,3 @@ def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
         )
     rec.update(strategy.zero_shot_extras())
     return rec
-
-
-def _routed_uniformly(flagged: Any, seen: int, new_ids: Any) -> list[dict[str, Any]]:
-    """The new clients the router flagged while onboarding them (entries after ``seen``)."""
-    if not isinstance(flagged, list):
-        return []
-    ids = {int(p) for p in new_ids}
-    return [
-        {"partition": int(f["partition"]), "reason": str(f["reason"])}
-        for f in flagged[seen:]
-        if int(f["partition"]) in ids
-    ]
