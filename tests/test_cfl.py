@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ripple_flwr.app.run_config import parse_run_config
+from ripple_flwr.app.server.setup import make_engine
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
 from ripple_flwr.methods.cfl.server import first_split_round
@@ -32,17 +33,17 @@ def cfl_strategy(n: int = 6, **over):
         "update-norm-factor": 0.0,
         **over,
     }
-    strategy = get_method("cfl").make(MethodInputs(parse_run_config(cfg), SENT))
+    strategy = make_engine(get_method("cfl"), MethodInputs(parse_run_config(cfg), SENT))
     strategy.roster.clients = QueryResult(list(range(n)), list(range(n)), [10] * n, None)
-    strategy.setup(strategy.clients)
+    strategy.method.setup(strategy.clients)
     return strategy
 
 
 def play_round(strategy, server_round: int, updates: dict[int, tuple[list[float], int]]):
     """Rows ``updates`` train from their cluster's model and return it plus their update."""
     rows = np.array(sorted(updates), dtype=np.int64)
-    strategy.train_payloads(rows, None)  # which cluster's model each row was sent
-    sent = {int(r): strategy.models[strategy._sent_from[int(r)]] for r in rows}
+    strategy.method.train_payloads(rows, None)  # which cluster's model each row was sent
+    sent = {int(r): strategy.method.models[strategy.method._sent_from[int(r)]] for r in rows}
     accepted = [
         Accepted(
             row=int(r),
@@ -56,7 +57,7 @@ def play_round(strategy, server_round: int, updates: dict[int, tuple[list[float]
         )
         for r in rows
     ]
-    strategy.apply_updates(server_round, accepted)
+    strategy.method.aggregate(server_round, accepted)
     return sent
 
 
@@ -77,17 +78,17 @@ def test_after_a_split_each_side_is_the_sent_model_plus_its_own_members_mean_upd
     }
     play_round(strategy, 1, updates)
     assert strategy.num_models == 2
-    assert strategy.assignment.tolist() == [0, 0, 0, 1, 1, 1]
+    assert strategy.method.assignment.tolist() == [0, 0, 0, 1, 1, 1]
     for c, rows in ((0, [0, 1, 2]), (1, [3, 4, 5])):
         n = np.array([updates[r][1] for r in rows], dtype=np.float64)
         mean = sum(ni * updates[r][0] for ni, r in zip(n, rows, strict=True)) / n.sum()
-        np.testing.assert_allclose(strategy.models[c]["w"], SENT["w"] + mean, rtol=1e-6)
+        np.testing.assert_allclose(strategy.method.models[c]["w"], SENT["w"] + mean, rtol=1e-6)
         # The step counter comes from the side's heaviest member (rows 2 and 5).
-        assert int(strategy.models[c]["n"]) == (3 if c == 0 else 6)
+        assert int(strategy.method.models[c]["n"]) == (3 if c == 0 else 6)
     # Not the parent's full average, which both sides would get if it averaged first.
     everyone = sum(n * u for u, n in updates.values()) / 130
-    assert np.linalg.norm(strategy.models[0]["w"] - (SENT["w"] + everyone)) > 4.0
-    (event,) = strategy.events
+    assert np.linalg.norm(strategy.method.models[0]["w"] - (SENT["w"] + everyone)) > 4.0
+    (event,) = strategy.method.events
     assert event["accepted"] and event["sizes"] == [3, 3] and event["into"] == [0, 1]
     assert event["round"] == 1 and event["cross_similarity_max"] < -0.9
 
@@ -99,11 +100,12 @@ def test_uniform_weighting_is_the_reference_codes_plain_mean_of_the_members_upda
     weighted = cfl_strategy(3, **no_split)
     play_round(plain, 1, updates)
     play_round(weighted, 1, updates)
-    np.testing.assert_allclose(plain.models[0]["w"], SENT["w"] + (1.7 / 3) * U, rtol=1e-6)
-    np.testing.assert_allclose(weighted.models[0]["w"], SENT["w"] + (37 / 100) * U, rtol=1e-6)
+    np.testing.assert_allclose(plain.method.models[0]["w"], SENT["w"] + (1.7 / 3) * U, rtol=1e-6)
+    weighted_model = weighted.method.models[0]["w"]
+    np.testing.assert_allclose(weighted_model, SENT["w"] + (37 / 100) * U, rtol=1e-6)
     # The split test's mean update is the same plain mean: its norm is logged per round.
-    assert plain.criterion[0][2] == pytest.approx(5 * 1.7 / 3, rel=1e-6)
-    assert weighted.criterion[0][2] == pytest.approx(5 * 0.37, rel=1e-6)
+    assert plain.method.criterion[0][2] == pytest.approx(5 * 1.7 / 3, rel=1e-6)
+    assert weighted.method.criterion[0][2] == pytest.approx(5 * 0.37, rel=1e-6)
     with pytest.raises(ValueError, match="cfl-weighting"):
         cfl_strategy(3, **{"cfl-weighting": "median"})
     # Equal example counts (Table 1: 160 training images each): the same models, bit for bit.
@@ -112,7 +114,7 @@ def test_uniform_weighting_is_the_reference_codes_plain_mean_of_the_members_upda
     weighted = cfl_strategy(3, **no_split)
     play_round(plain, 1, equal)
     play_round(weighted, 1, equal)
-    np.testing.assert_array_equal(plain.models[0]["w"], weighted.models[0]["w"])
+    np.testing.assert_array_equal(plain.method.models[0]["w"], weighted.method.models[0]["w"])
 
 
 def test_a_side_without_replies_this_round_keeps_the_sent_model_and_stale_updates_do_not_count():
@@ -122,12 +124,12 @@ def test_a_side_without_replies_this_round_keeps_the_sent_model_and_stale_update
     assert strategy.num_models == 1
     sent = play_round(strategy, 2, {0: (1.2 * U, 10), 4: (-1.2 * U, 10)})[0]  # mean 0
     # Split on the latest updates of all six: rows 0-3 against rows 4, 5.
-    assert strategy.assignment.tolist() == [0, 0, 0, 0, 1, 1]
-    np.testing.assert_allclose(strategy.models[0]["w"], sent["w"] + 1.2 * U, rtol=1e-6)
-    np.testing.assert_allclose(strategy.models[1]["w"], sent["w"] - 1.2 * U, rtol=1e-6)
+    assert strategy.method.assignment.tolist() == [0, 0, 0, 0, 1, 1]
+    np.testing.assert_allclose(strategy.method.models[0]["w"], sent["w"] + 1.2 * U, rtol=1e-6)
+    np.testing.assert_allclose(strategy.method.models[1]["w"], sent["w"] - 1.2 * U, rtol=1e-6)
     # Round 3: only row 1 (cluster 0) replies; cluster 1, with no reply, keeps its model.
     play_round(strategy, 3, {1: (U, 10)})
-    np.testing.assert_allclose(strategy.models[1]["w"], sent["w"] - 1.2 * U, rtol=1e-6)
+    np.testing.assert_allclose(strategy.method.models[1]["w"], sent["w"] - 1.2 * U, rtol=1e-6)
 
 
 def _two_fans(gap_degrees: float) -> dict[int, tuple[np.ndarray, int]]:
@@ -150,14 +152,14 @@ def test_a_split_is_kept_only_when_the_sides_cross_similarity_is_below_the_thres
     # eps1 large, eps2 small: the stationarity test always holds, the similarity decides.
     strategy = cfl_strategy(**{"cfl-eps1": 100.0, "cfl-eps2": 1.0, "cfl-max-similarity": limit})
     play_round(strategy, 1, _two_fans(np.rad2deg(np.arccos(cross))))
-    (event,) = strategy.events
+    (event,) = strategy.method.events
     assert event["cross_similarity_max"] == pytest.approx(cross, abs=1e-6)
     assert event["accepted"] is splits and event["sizes"] == [3, 3]
     assert strategy.num_models == (2 if splits else 1)
-    assert strategy.assignment.tolist() == ([0, 0, 0, 1, 1, 1] if splits else [0] * 6)
+    assert strategy.method.assignment.tolist() == ([0, 0, 0, 1, 1, 1] if splits else [0] * 6)
     if not splits:  # the cluster stays whole and averages everyone's models
         mean = np.mean([u for u, _ in _two_fans(np.rad2deg(np.arccos(cross))).values()], axis=0)
-        np.testing.assert_allclose(strategy.models[0]["w"], SENT["w"] + mean, rtol=1e-5)
+        np.testing.assert_allclose(strategy.method.models[0]["w"], SENT["w"] + mean, rtol=1e-5)
         assert event["into"] == [0]
 
 
@@ -175,7 +177,7 @@ def test_no_split_before_the_first_split_round():
     opposed = {r: ((1.0 if r < 3 else -1.0) * U, 10) for r in range(6)}  # mean 0, max 5
     for rnd in (1, 2):
         play_round(strategy, rnd, opposed)
-        assert strategy.num_models == 1 and not strategy.events
+        assert strategy.num_models == 1 and not strategy.method.events
     play_round(strategy, 3, opposed)
-    assert strategy.num_models == 2 and strategy.events[0]["round"] == 3
+    assert strategy.num_models == 2 and strategy.method.events[0]["round"] == 3
     assert strategy.run_record()["assignment"]["first_split_round"] == 3

@@ -20,6 +20,7 @@ from ripple_flwr.app.client.candidates import lowest_loss
 from ripple_flwr.app.protocol.candidates import payload_records, split_candidates
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
+from ripple_flwr.app.server.setup import make_engine
 from ripple_flwr.app.server.strategies.core.evaluation.zero_shot import onboard_new_clients
 from ripple_flwr.methods.registry import MethodInputs, get_method
 from ripple_flwr.runs.results import arrayrecord_nbytes
@@ -212,7 +213,7 @@ def run_method(method: str, rounds: int = 1, app=None, models=None, **over):
     settings = parse_run_config(cfg)
     models = models or [state(10.0), state(90.0)]
     inputs = MethodInputs(settings, models[0], fresh_state=lambda i: models[i])
-    strategy = get_method(method).make(inputs)
+    strategy = make_engine(get_method(method), inputs)
     app = app or Clients()
     grid = FakeGrid(cfg, num_nodes=4 + settings.data.new_clients, app=app)
     strategy.start(grid, state_to_record(models[0]), num_rounds=rounds)
@@ -222,11 +223,11 @@ def run_method(method: str, rounds: int = 1, app=None, models=None, **over):
 def test_ifca_choices_and_per_cluster_means_by_hand():
     strategy, _, clients = run_method("ifca")
     # Clients 0, 2 want 0 -> model 0 (w0 = 10); clients 1, 3 want 100 -> model 1 (w0 = 90).
-    assert strategy.assignment.tolist() == [0, 1, 0, 1]
+    assert strategy.method.assignment.tolist() == [0, 1, 0, 1]
     # Model 0: clients 0 (10 examples, +1) and 2 (30 examples, +3): (10*11 + 30*13) / 40.
-    assert strategy.models[0]["w"][0] == pytest.approx((10 * 11 + 30 * 13) / 40)
-    assert strategy.models[1]["w"][0] == pytest.approx((20 * 92 + 40 * 94) / 60)
-    assert strategy.models[0]["w"][1] == pytest.approx((10 * 2 + 30 * 4) / 40)
+    assert strategy.method.models[0]["w"][0] == pytest.approx((10 * 11 + 30 * 13) / 40)
+    assert strategy.method.models[1]["w"][0] == pytest.approx((20 * 92 + 40 * 94) / 60)
+    assert strategy.method.models[0]["w"][1] == pytest.approx((10 * 2 + 30 * 4) / 40)
     # Every training and evaluation message carried both models; no re-draw by default.
     assert clients.received[("train", 0)] == [2] and clients.received[("evaluate", 3)] == [2]
     assert strategy.run_record()["assignment"]["init_draws"] == []
@@ -254,7 +255,7 @@ def test_ifca_drops_a_reply_that_names_no_valid_model():
     strategy, _, _ = run_method("ifca", app=Liar())
     (dropped,) = strategy.ledger.rounds[0].dropped
     assert dropped.partition == 1 and "chosen=7" in dropped.reason
-    assert strategy.models[1]["w"][0] == pytest.approx(94.0)  # client 3 alone
+    assert strategy.method.models[1]["w"][0] == pytest.approx(94.0)  # client 3 alone
 
 
 def test_kmeans_lloyd_by_hand():
@@ -271,40 +272,44 @@ def test_kmeans_lloyd_by_hand():
 def test_fesem_centres_start_from_one_initialisation():
     """The authors copy one initial model into every centre (distinct models are IFCA's)."""
     strategy, _, _ = run_method("fesem", rounds=0)
-    assert len(strategy.models) == 2
-    assert strategy.models[0]["w"].tolist() == strategy.models[1]["w"].tolist() == [10.0, 1, -1]
+    assert len(strategy.method.models) == 2
+    assert (
+        strategy.method.models[0]["w"].tolist()
+        == strategy.method.models[1]["w"].tolist()
+        == [10.0, 1, -1]
+    )
     # Cold start: a seeded random partition from K-means over uniform(-0.01, 0.01) points.
-    assert np.abs(strategy.latest).max() <= 0.01 and not strategy.has_latest.any()
+    assert np.abs(strategy.method.latest).max() <= 0.01 and not strategy.method.has_latest.any()
     again, _, _ = run_method("fesem", rounds=0)
-    assert again.assignment.tolist() == strategy.assignment.tolist()
+    assert again.method.assignment.tolist() == strategy.method.assignment.tolist()
 
 
 def test_fesem_kmeans_moves_clients_between_centres_when_their_models_separate():
     strategy, _, _ = run_method("fesem", rounds=0)
-    strategy.assignment = np.array([0, 0, 1, 1])
-    strategy.centroids = np.array([[0.0, 1.0, -1.0], [100.0, 1.0, -1.0]])
+    strategy.method.assignment = np.array([0, 0, 1, 1])
+    strategy.method.centroids = np.array([[0.0, 1.0, -1.0], [100.0, 1.0, -1.0]])
     # Clients 1 and 2 trained towards the other centroid's members.
-    strategy.latest = flatten([state(5.0), state(95.0), state(3.0), state(97.0)], ["w"])
-    strategy.reassign(10)
-    assert strategy.assignment.tolist() == [0, 1, 0, 1]
-    assert strategy.events[-1] == {"round": 10, "reassigned": 2, "sizes": [2, 2]}
+    strategy.method.latest = flatten([state(5.0), state(95.0), state(3.0), state(97.0)], ["w"])
+    strategy.method.reassign(10)
+    assert strategy.method.assignment.tolist() == [0, 1, 0, 1]
+    assert strategy.method.events[-1] == {"round": 10, "reassigned": 2, "sizes": [2, 2]}
     # The distance is to the members' mean (the centroid), not to the centre models.
-    np.testing.assert_allclose(strategy.centroids[:, 0], [4.0, 96.0])
+    np.testing.assert_allclose(strategy.method.centroids[:, 0], [4.0, 96.0])
 
 
 def test_fesem_kmeans_iters_zero_runs_the_reassignment_to_convergence():
     strategy, _, _ = run_method("fesem", rounds=0, **{"fesem-kmeans-iters": 0})
-    strategy.centroids = np.array([[0.0, 1.0, -1.0], [1.0, 1.0, -1.0]])
-    strategy.latest = flatten([state(w) for w in (0.0, 1.0, 10.0, 11.0)], ["w"])
-    strategy.reassign(10)
+    strategy.method.centroids = np.array([[0.0, 1.0, -1.0], [1.0, 1.0, -1.0]])
+    strategy.method.latest = flatten([state(w) for w in (0.0, 1.0, 10.0, 11.0)], ["w"])
+    strategy.method.reassign(10)
     # Converged: centroids 0.5 and 10.5. One iteration (the authors') stops at 0 and 22/3.
-    assert strategy.assignment.tolist() == [0, 0, 1, 1]
-    np.testing.assert_allclose(strategy.centroids[:, 0], [0.5, 10.5])
+    assert strategy.method.assignment.tolist() == [0, 0, 1, 1]
+    np.testing.assert_allclose(strategy.method.centroids[:, 0], [0.5, 10.5])
     one, _, _ = run_method("fesem", rounds=0)
-    one.centroids = np.array([[0.0, 1.0, -1.0], [1.0, 1.0, -1.0]])
-    one.latest = strategy.latest.copy()
-    one.reassign(10)
-    np.testing.assert_allclose(one.centroids[:, 0], [0.0, 22 / 3])
+    one.method.centroids = np.array([[0.0, 1.0, -1.0], [1.0, 1.0, -1.0]])
+    one.method.latest = strategy.method.latest.copy()
+    one.method.reassign(10)
+    np.testing.assert_allclose(one.method.centroids[:, 0], [0.0, 22 / 3])
 
 
 def test_fesem_per_cluster_sampling_draws_inside_each_cluster_and_skips_singletons():
@@ -312,11 +317,11 @@ def test_fesem_per_cluster_sampling_draws_inside_each_cluster_and_skips_singleto
     strategy, _, _ = run_method(
         "fesem", rounds=0, **{"fesem-sampling": "per-cluster", "clients-per-round": 1}
     )
-    strategy.assignment = np.array([0, 0, 1, 1])
+    strategy.method.assignment = np.array([0, 0, 1, 1])
     for r in range(1, 21):
         rows = strategy.sample_rows(r)
         assert len(rows) == 2 and rows[0] in (0, 1) and rows[1] in (2, 3)
-    strategy.assignment = np.array([1, 1, 1, 0])  # client 3 alone: its cluster is skipped
+    strategy.method.assignment = np.array([1, 1, 1, 0])  # client 3 alone: its cluster is skipped
     drawn = {int(r) for n in range(40) for r in strategy.sample_rows(n)}
     assert drawn == {0, 1, 2}
     three, _, _ = run_method(
@@ -334,7 +339,7 @@ def test_fesem_per_cluster_rounds_train_every_clusters_draw():
     strategy, _, _ = run_method(
         "fesem", rounds=2, **{"fesem-sampling": "per-cluster", "clients-per-round": 1}
     )
-    sizes = np.bincount(strategy.assignment, minlength=2)
+    sizes = np.bincount(strategy.method.assignment, minlength=2)
     expect = sum(1 for s in sizes if s >= 2) or 1
     assert [len(r.sampled) for r in strategy.ledger.rounds] == [expect, expect]
 
@@ -360,24 +365,26 @@ def test_fesem_leaves_its_cold_start_when_clients_pull_apart():
     strategy, _, _ = run_method(
         "fesem", rounds=8, app=Towards(), **{"fesem-update-every": 1}, **{"num-server-rounds": 8}
     )
-    labels = strategy.current_assignment().tolist()
+    labels = strategy.method.current_assignment().tolist()
     assert labels[0] == labels[2] != labels[1] == labels[3]
-    assert any(e.get("reassigned") for e in strategy.events)
+    assert any(e.get("reassigned") for e in strategy.method.events)
     # Each centre ends near what its members want.
-    centres = sorted(float(m["w"][0]) for m in strategy.models)
+    centres = sorted(float(m["w"][0]) for m in strategy.method.models)
     assert centres[0] < -20 and centres[1] > 20
 
 
 def test_fesem_update_points_are_the_returned_model_minus_the_centre_sent():
     strategy, _, _ = run_method("fesem", rounds=1, **{"fesem-points": "update"})
     # Every client trained from a copy of the one initial model and added pid + 1 to each weight.
-    np.testing.assert_allclose(strategy.latest, np.repeat([[1.0], [2.0], [3.0], [4.0]], 3, 1))
+    np.testing.assert_allclose(
+        strategy.method.latest, np.repeat([[1.0], [2.0], [3.0], [4.0]], 3, 1)
+    )
 
 
 def test_fesem_centre_is_the_mean_of_its_members_models():
     strategy, _, _ = run_method("fesem", rounds=1)
-    sent = dict(strategy._sent_from)  # row -> the (cold-start) centre it trained from
-    for c, model in enumerate(strategy.models):
+    sent = dict(strategy.method._sent_from)  # row -> the (cold-start) centre it trained from
+    for c, model in enumerate(strategy.method.models):
         members = [r for r, k in sent.items() if k == c]
         if not members:
             continue
@@ -385,7 +392,7 @@ def test_fesem_centre_is_the_mean_of_its_members_models():
         expect = sum(ni * (10.0 + r + 1) for ni, r in zip(n, members, strict=True)) / sum(n)
         assert model["w"][0] == pytest.approx(expect)
     # Each client's point is its returned model's clustered layer.
-    np.testing.assert_allclose(strategy.latest[:, 0], [11.0, 12.0, 13.0, 14.0])
+    np.testing.assert_allclose(strategy.method.latest[:, 0], [11.0, 12.0, 13.0, 14.0])
 
 
 class Opposed(Clients):
@@ -414,29 +421,34 @@ def test_cfl_splits_two_opposed_groups_after_the_warmup():
     keys = {"cfl-warmup-fraction": 1.0, "cfl-eps1": 3.0, "cfl-eps2": 4.0}
     strategy, _, _ = run_method("cfl", rounds=2, app=Opposed(), **keys)
     # The criterion held in round 1 already; only the warm-up kept the cluster whole.
-    assert strategy.criterion[0][:2] == [1, 0]
-    assert strategy.criterion[0][2] < 3.0 and strategy.criterion[0][3] > 4.0
+    assert strategy.method.criterion[0][:2] == [1, 0]
+    assert strategy.method.criterion[0][2] < 3.0 and strategy.method.criterion[0][3] > 4.0
     assert strategy.num_models == 2
-    assert strategy.assignment.tolist() == [1, 1, 0, 0] or strategy.assignment.tolist() == [
+    assert strategy.method.assignment.tolist() == [
+        1,
+        1,
+        0,
+        0,
+    ] or strategy.method.assignment.tolist() == [
         0,
         0,
         1,
         1,
     ]
-    (event,) = strategy.events
+    (event,) = strategy.method.events
     assert event["round"] == 2 and event["max_norm"] > 4.0 and event["mean_norm"] < 3.0
     assert event["accepted"] and event["cross_similarity_max"] < 0.5
-    rec = strategy.assignment_record()
+    rec = strategy.method.assignment_record()
     assert rec["sizes"] == [2, 2] and rec["num_models"] == 2
 
 
 def test_cfl_does_not_split_when_the_criterion_does_not_hold():
     keys = {"cfl-warmup-fraction": 0.0, "cfl-eps1": 2.0, "cfl-eps2": 4.0}
     strategy, _, _ = run_method("cfl", rounds=3, app=Opposed(agree=True), **keys)
-    assert strategy.num_models == 1 and not strategy.events
+    assert strategy.num_models == 1 and not strategy.method.events
     # The criterion is recorded every round (one cluster, four replies): eps can be read off.
-    assert [row[:2] for row in strategy.criterion] == [[1, 0], [2, 0], [3, 0]]
-    assert all(row[2] > 2.0 for row in strategy.criterion)  # the mean did not stall
+    assert [row[:2] for row in strategy.method.criterion] == [[1, 0], [2, 0], [3, 0]]
+    assert all(row[2] > 2.0 for row in strategy.method.criterion)  # the mean did not stall
     # Opposed updates but no single one above eps2: no split either.
     strategy, _, _ = run_method("cfl", rounds=3, app=Opposed(), **{**keys, "cfl-eps2": 50.0})
     assert strategy.num_models == 1
@@ -446,11 +458,11 @@ def test_cfl_stops_at_max_clusters():
     keys = {"cfl-warmup-fraction": 0.0, "cfl-eps1": 3.0, "cfl-eps2": 4.0}
     # The same run splits when it may (the precondition holds) ...
     free, _, _ = run_method("cfl", rounds=2, app=Opposed(), **keys, **{"cfl-max-clusters": 2})
-    assert free.num_models == 2 and free.events
+    assert free.num_models == 2 and free.method.events
     # ... and with the cap at one cluster it does not, though the criterion says split.
     capped, _, _ = run_method("cfl", rounds=2, app=Opposed(), **keys, **{"cfl-max-clusters": 1})
-    assert capped.num_models == 1 and not capped.events
-    assert any(row[2] < 3.0 and row[3] > 4.0 for row in capped.criterion)
+    assert capped.num_models == 1 and not capped.method.events
+    assert any(row[2] < 3.0 and row[3] > 4.0 for row in capped.method.criterion)
 
 
 def test_new_clients_choose_a_cluster_model_on_their_training_split():

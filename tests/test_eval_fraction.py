@@ -9,9 +9,10 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
+from ripple_flwr.app.server.strategies.core.base import Engine
 from ripple_flwr.app.server.strategies.core.evaluation.rounds import eval_sample
-from ripple_flwr.methods.local.server import LocalOnlyStrategy
-from ripple_flwr.methods.ripple.server import RippleStrategy
+from ripple_flwr.methods.local.server import LocalOnlyMethod
+from ripple_flwr.methods.ripple.server import RippleMethod
 from ripple_flwr.settings import ConfigError
 
 N = 20
@@ -51,10 +52,10 @@ def run(method: str = "oracle", rounds: int = 4, **over):
     settings = parse_run_config(cfg)
     grid = FakeGrid(cfg, app=toy_app)
     if method == "local":
-        strategy = LocalOnlyStrategy(settings, STATE)
+        strategy = Engine(settings, STATE, LocalOnlyMethod(settings, STATE))
     else:
         w = np.random.default_rng(0).dirichlet([1.0, 1.0], size=N)
-        strategy = RippleStrategy(settings, STATE, weights=w, truth=w)
+        strategy = Engine(settings, STATE, RippleMethod(settings, STATE, weights=w, truth=w))
     strategy.start(grid, state_to_record(STATE), num_rounds=rounds)
     return strategy, grid
 

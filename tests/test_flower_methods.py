@@ -19,7 +19,8 @@ from flwr.serverapp import strategy as flower
 from ripple_flwr.aggregation.mixing import uniform_sample
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.server.strategies.core.flower import FlowerModel, fedopt_kwargs
+from ripple_flwr.app.server.setup import make_engine
+from ripple_flwr.app.server.strategies.core.flower import FlowerMethod, fedopt_kwargs
 from ripple_flwr.app.server.strategies.core.rounds.grid import SampledGrid
 from ripple_flwr.methods.registry import MethodInputs, get_method
 
@@ -94,7 +95,7 @@ def run_method(method: str, rounds: int = 3, **over):
 
     grid = FakeGrid(cfg, app=clients, faults={p: keep_a_copy for p in range(6)})
     grid.reply_copies = copies
-    strategy = get_method(method).make(MethodInputs(settings, STATE))
+    strategy = make_engine(get_method(method), MethodInputs(settings, STATE))
     result = strategy.start(grid, state_to_record(STATE), num_rounds=rounds)
     return settings, strategy, grid, clients, result
 
@@ -102,7 +103,7 @@ def run_method(method: str, rounds: int = 3, **over):
 @pytest.mark.parametrize("method", list(FLOWER_CLASSES))
 def test_aggregate_equals_flowers_class_on_the_same_replies(method):
     settings, strategy, grid, clients, result = run_method(method, **OVERRIDES.get(method, {}))
-    assert isinstance(strategy, FlowerModel)
+    assert isinstance(strategy.method, FlowerMethod)
     reference = FLOWER_CLASSES[method](settings)
     arrays = state_to_record(STATE)
     train_replies = [m for m in grid.reply_copies if m.metadata.message_type == "train"]
@@ -156,9 +157,15 @@ def test_fedprox_sends_proximal_mu_from_the_run_config():
 def test_fedopt_keeps_its_own_state_between_rounds():
     _, strategy, _, _, _ = run_method("fedadam")
     # Flower's FedOpt state, set by its own configure_train / aggregate_train.
-    assert strategy.current_arrays is not None and strategy.m_t is not None
-    assert strategy.v_t is not None and set(strategy.m_t) == set(STATE)
-    assert (strategy.beta_1, strategy.beta_2, strategy.tau) == (0.9, 0.99, 1e-3)
+    assert (
+        strategy.method.flower.current_arrays is not None and strategy.method.flower.m_t is not None
+    )
+    assert strategy.method.flower.v_t is not None and set(strategy.method.flower.m_t) == set(STATE)
+    assert (
+        strategy.method.flower.beta_1,
+        strategy.method.flower.beta_2,
+        strategy.method.flower.tau,
+    ) == (0.9, 0.99, 1e-3)
 
 
 def test_bad_reply_is_dropped_before_flower_sees_it():
@@ -181,7 +188,7 @@ def test_bad_reply_is_dropped_before_flower_sees_it():
     }
     settings = parse_run_config(cfg)
     grid = FakeGrid(cfg, app=LinearClients(), faults={1: poison})
-    strategy = get_method("fedadam").make(MethodInputs(settings, STATE))
+    strategy = make_engine(get_method("fedadam"), MethodInputs(settings, STATE))
     result = strategy.start(grid, state_to_record(STATE), num_rounds=2)
     assert all(np.isfinite(v).all() for v in record_to_state(result.arrays).values())
     assert [[d.partition for d in r.dropped] for r in strategy.ledger.rounds] == [[1], [1]]

@@ -142,7 +142,7 @@ def test_huge_updates_never_reach_ripples_cluster_models(cache_dir):
         strategy = build_strategy(settings, state, fed)
         grid = FakeGrid(cfg, faults=None if fault is None else {BAD: fault})
         strategy.start(grid, state_to_record(state), num_rounds=2)
-        stacked[name] = strategy.stacked
+        stacked[name] = strategy.method.stacked
         if fault is not None:
             assert [[d.partition for d in r.dropped] for r in strategy.ledger.rounds] == [
                 [BAD],
@@ -338,6 +338,6 @@ def test_huge_updates_never_reach_the_clustered_baselines_models(method, cache_d
     for r in strategy.ledger.rounds:
         (drop,) = r.dropped
         assert drop.partition == BAD and "update norm" in drop.reason
-    for model in strategy.models:
+    for model in strategy.method.models:
         big = max(float(np.abs(v).max()) for v in model.values() if v.dtype.kind == "f")
         assert np.isfinite(big) and big < 100.0

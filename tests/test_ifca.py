@@ -11,7 +11,8 @@ from ripple_flwr.aggregation.clustering import redraw_until_balanced
 from ripple_flwr.app.protocol.candidates import split_candidates
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.methods.ifca.server import IFCAStrategy
+from ripple_flwr.app.server.strategies.core.base import Engine
+from ripple_flwr.methods.ifca.server import IFCAMethod
 from ripple_flwr.runs.results import arrayrecord_nbytes
 
 
@@ -63,15 +64,15 @@ def test_ifca_trains_from_the_first_balanced_draw_and_records_what_the_draws_cos
     assert [d["bytes_down"] for d in draws] == [4 * 2 * model_bytes] * 2  # K models x 4 clients
     assert strategy.run_record()["assignment"]["init_bytes_down"] == 16 * model_bytes
     # Round 1 trained from draw 1: model 1 = mean of pids 1 and 3's training from w0 = 90.
-    assert strategy.models[1]["w"][0] == pytest.approx((20 * 92 + 40 * 94) / 60)
+    assert strategy.method.models[1]["w"][0] == pytest.approx((20 * 92 + 40 * 94) / 60)
     assert clients.received[("evaluate", 0)] == [2, 2, 2]  # two draws, one evaluation
 
 
 def test_balance_zero_keeps_the_first_draw_without_asking():
     models = [state(10.0), state(500.0)]
     strategy, _, clients = run_method("ifca", models=models, **{"ifca-init-balance": 0.0})
-    assert strategy.init_draws == [] and clients.received[("evaluate", 0)] == [2]
-    assert strategy.models[1]["w"][0] == pytest.approx(500.0)  # nobody chose it
+    assert strategy.method.init_draws == [] and clients.received[("evaluate", 0)] == [2]
+    assert strategy.method.models[1]["w"][0] == pytest.approx(500.0)  # nobody chose it
 
 
 def _blown_up(st: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -97,10 +98,10 @@ def test_a_collapsed_first_draw_is_drawn_again_with_the_real_clients(cache_dir):
     def draw(d):  # draw 0's model 1 is rigged to lose every client
         return [fresh(0), _blown_up(fresh(1))] if d == 0 else [fresh(2 * d), fresh(2 * d + 1)]
 
-    strategy = IFCAStrategy(settings, draw(0), draw=draw)
+    strategy = Engine(settings, fresh(0), IFCAMethod(settings, draw(0), draw=draw))
     grid = FakeGrid(cfg, keep_traffic=True)
     strategy.start(grid, state_to_record(fresh(0)), num_rounds=1)
-    draws = strategy.init_draws
+    draws = strategy.method.init_draws
     assert draws[0]["counts"] == [6, 0] and not draws[0]["kept"]
     (kept,) = [d["draw"] for d in draws if d["kept"]]
     assert kept >= 1 and min(draws[kept]["counts"]) >= 1  # 0.3 / 2 of 6 clients: at least one
@@ -112,4 +113,4 @@ def test_a_collapsed_first_draw_is_drawn_again_with_the_real_clients(cache_dir):
         for key, value in want.items():
             np.testing.assert_array_equal(record_to_state(got)[key], value)
     # The kept draw's choices were the assignment round 1 started from.
-    assert sorted(set(strategy.assignment.tolist())) == [0, 1]
+    assert sorted(set(strategy.method.assignment.tolist())) == [0, 1]

@@ -170,7 +170,7 @@ def test_the_package_never_imports_the_paper_folder():
 # and nothing in core imports a method's own module.
 CORE = "ripple_flwr.app.server.strategies.core"
 CORE_CONCERNS = ("rounds", "roster", "replies", "state", "evaluation")
-CORE_BASES = ("base", "flower", "server_models", "global_model", "clustered")
+CORE_BASES = ("base", "flower", "global_model", "clustered")
 
 
 def test_core_concerns_sit_under_the_bases_and_core_names_no_method():

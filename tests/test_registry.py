@@ -11,7 +11,7 @@ import pytest
 
 from ripple_flwr.app.run_config import check_run, summary_kind
 from ripple_flwr.methods import registry as methods
-from ripple_flwr.methods.fedavg.server import FedAvgStrategy
+from ripple_flwr.methods.fedavg.server import FedAvgMethod
 from ripple_flwr.methods.registry import (
     METHODS,
     Family,
@@ -25,7 +25,7 @@ from ripple_flwr.settings import ConfigError, Option, RunSettings
 FEDAVG = "ripple_flwr.methods.fedavg"
 
 
-class Forgetful(FedAvgStrategy):  # keeps whatever it likes, says nothing
+class Forgetful(FedAvgMethod):  # keeps whatever it likes, says nothing
     pass
 
 
@@ -58,7 +58,7 @@ def test_every_registered_method_is_complete():
         module = spec.client_module()
         assert spec.client_rule == ("sgd" if module is None else spec.package.rpartition(".")[2])
         assert module is None or callable(module.rule)
-        assert "state_fields" in vars(spec.strategy_class), f"{name} declares no state"
+        assert "state_fields" in vars(spec.method_class), f"{name} declares no state"
         # Every option it reads is parsed from a run config, and only those of registered ones.
         assert set(o.key for o in spec.options) <= set(o.key for o in all_options())
         assert spec.family in get_args(Family), f"{name} has no family"
@@ -118,11 +118,11 @@ def test_a_folder_whose_server_declares_no_state_or_has_no_method_is_refused(
         monkeypatch.setitem(sys.modules, f"{package}.server", server)
     spec = register(_spec(package="toyforget"))
     with pytest.raises(ValueError, match="Forgetful does not declare state_fields"):
-        _ = spec.strategy_class
+        _ = spec.method_class
     with pytest.raises(ValueError, match="toynone.server has no METHOD class"):
-        _ = _spec(name="thing", package="toynone").strategy_class
+        _ = _spec(name="thing", package="toynone").method_class
     with pytest.raises(ValueError, match="has no folder: register it through discover"):
-        _ = _spec(name="loose", package="").strategy_class
+        _ = _spec(name="loose", package="").method_class
 
 
 def test_an_option_may_not_shadow_a_setting_or_differ_between_methods(scratch_registry):
@@ -150,3 +150,28 @@ def test_hdb_is_allowed_only_for_methods_with_routing_weights():
 def test_specs_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         METHODS["fedavg"].models = "clusters"  # type: ignore[misc]
+
+
+def test_the_engine_is_the_one_strategy_and_every_method_lineage_is_short():
+    """Exactly one class of the package subclasses Flower's ``Strategy`` (the engine), and no
+    registered method inherits it: each has at most 2 ``ripple_flwr`` classes in its MRO."""
+    import importlib
+    import pkgutil
+
+    from flwr.serverapp.strategy import Strategy
+
+    import ripple_flwr
+    from ripple_flwr.app.server.strategies.core.base import Engine
+
+    for info in pkgutil.walk_packages(ripple_flwr.__path__, "ripple_flwr."):
+        importlib.import_module(info.name)
+
+    def below(cls: type) -> set[type]:
+        return {s for c in cls.__subclasses__() for s in {c} | below(c)}
+
+    ours = {c for c in below(Strategy) if c.__module__.split(".")[0] == "ripple_flwr"}
+    assert ours == {Engine}
+    for name, spec in METHODS.items():
+        lineage = [k for k in spec.method_class.__mro__ if k.__module__.startswith("ripple_flwr.")]
+        assert 1 <= len(lineage) <= 2, f"{name}: {[k.__name__ for k in lineage]}"
+        assert not issubclass(spec.method_class, Strategy), name

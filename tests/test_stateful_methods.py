@@ -25,6 +25,7 @@ from ripple_flwr.app.client.node_state import NodeStore
 from ripple_flwr.app.client.work import client_rule
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
+from ripple_flwr.app.server.setup import make_engine
 from ripple_flwr.methods.perfedavg.client import PerFedAvgRule
 from ripple_flwr.methods.pfedme.client import PFedMeRule
 from ripple_flwr.methods.registry import MethodInputs, get_method
@@ -163,7 +164,7 @@ def run(method: str, app=None, faults=None, **over):
     }
     settings = parse_run_config(cfg)
     grid = FakeGrid(cfg, app=app or RuleClients(), faults=faults)
-    strategy = get_method(method).make(MethodInputs(settings, initial_state()))
+    strategy = make_engine(get_method(method), MethodInputs(settings, initial_state()))
     strategy.start(grid, state_to_record(initial_state()), num_rounds=ROUNDS)
     stores = [NodeStore(ctx.state) for ctx in grid.contexts.values()]
     return strategy, grid, stores
@@ -304,19 +305,19 @@ def close(got: np.ndarray, want: torch.Tensor) -> None:
 def test_update_rule_matches_plain_pytorch(method):
     strategy, grid, stores = run(method)
     want_x, want_server, want_clients = reference(method)
-    got = strategy.global_state
+    got = strategy.method.global_state
     close(got["fc.weight"], want_x[0])
     close(got["fc.bias"], want_x[1])
     # The model moved: the comparison is not between two untouched initialisations.
     assert not np.allclose(got["fc.weight"], initial_state()["fc.weight"], atol=1e-4)
     key = {"scaffold": "scaffold.c_i", "feddyn": "feddyn.g", "pfedme": "pfedme.theta"}.get(method)
     if method == "scaffold":
-        close(strategy.control["fc.weight"], want_server[0])
-        close(strategy.control["fc.bias"], want_server[1])
-        assert np.abs(strategy.control["fc.weight"]).max() > 1e-3
+        close(strategy.method.control["fc.weight"], want_server[0])
+        close(strategy.method.control["fc.bias"], want_server[1])
+        assert np.abs(strategy.method.control["fc.weight"]).max() > 1e-3
     if method == "feddyn":
-        close(strategy.h["fc.weight"], want_server[0])
-        assert np.abs(strategy.h["fc.weight"]).max() > 1e-5
+        close(strategy.method.h["fc.weight"], want_server[0])
+        assert np.abs(strategy.method.h["fc.weight"]).max() > 1e-5
     for pid, store in enumerate(stores):
         if key is None:
             assert len(store) == 0  # Per-FedAvg keeps nothing between rounds
@@ -332,8 +333,8 @@ def test_gradient_clipping_matches_plain_pytorch(method):
     key = f"{method}-grad-clip"
     strategy, _, _ = run(method, **{key: 0.05})
     want_x, _, _ = reference(method, **{key: 0.05})
-    close(strategy.global_state["fc.weight"], want_x[0])
-    close(strategy.global_state["fc.bias"], want_x[1])
+    close(strategy.method.global_state["fc.weight"], want_x[0])
+    close(strategy.method.global_state["fc.bias"], want_x[1])
     # The clip bit: without it the model lands elsewhere.
     unclipped, _, _ = reference(method, **{key: 0.0})
     assert not np.allclose(want_x[0].numpy(), unclipped[0].numpy(), atol=1e-4)
@@ -343,7 +344,9 @@ def test_perfedavg_meta_step_ignores_the_runs_momentum():
     """Per-FedAvg's beta step is plain SGD: the result does not depend on ``momentum``."""
     a, _, _ = run("perfedavg", momentum=0.0)
     b, _, _ = run("perfedavg", momentum=0.9)
-    np.testing.assert_array_equal(a.global_state["fc.weight"], b.global_state["fc.weight"])
+    np.testing.assert_array_equal(
+        a.method.global_state["fc.weight"], b.method.global_state["fc.weight"]
+    )
 
 
 def test_scaffold_sends_and_receives_two_records():
@@ -421,9 +424,9 @@ def test_bad_control_delta_is_dropped_and_server_state_stays_finite(tamper, reas
         assert rec.received == 1
         assert [d.partition for d in rec.dropped] == [1]
         assert reason in rec.dropped[0].reason
-    assert all(np.all(np.isfinite(v)) for v in strategy.control.values())
-    assert all(np.all(np.isfinite(v)) for v in strategy.global_state.values())
-    assert np.abs(strategy.control["fc.weight"]).max() > 0  # partition 0's deltas were used
+    assert all(np.all(np.isfinite(v)) for v in strategy.method.control.values())
+    assert all(np.all(np.isfinite(v)) for v in strategy.method.global_state.values())
+    assert np.abs(strategy.method.control["fc.weight"]).max() > 0  # partition 0's deltas were used
 
 
 @pytest.mark.parametrize("method", ["scaffold", "feddyn", "pfedme"])
@@ -436,7 +439,7 @@ def test_node_that_lost_its_state_starts_from_zero_with_a_warning(method, caplog
     with caplog.at_level(logging.WARNING, logger="flwr.ripple"):
         strategy, _, stores = run(method, app=RuleClients(before_train=restart))
     assert all(r.received == N_CLIENTS for r in strategy.ledger.rounds)
-    assert all(np.all(np.isfinite(v)) for v in strategy.global_state.values())
+    assert all(np.all(np.isfinite(v)) for v in strategy.method.global_state.values())
     if method != "pfedme":  # pFedMe's training needs no state; its personal model is rebuilt
         assert any("starting again from zero" in r.getMessage() for r in caplog.records)
     assert all(len(s) for s in stores)  # the state is rebuilt after the restart

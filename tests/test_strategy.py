@@ -1,4 +1,4 @@
-"""RippleStrategy and the baselines against an in-process fake Grid (no Ray, no SuperLink)."""
+"""RippleMethod and the baselines against an in-process fake Grid (no Ray, no SuperLink)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from ripple_flwr.aggregation.mixing import mix_models
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.server.run import build_strategy, initial_state, run_server
-from ripple_flwr.app.server.strategies.core.base import client_train_config
+from ripple_flwr.app.server.strategies.core.base import Engine, client_train_config
 from ripple_flwr.app.server.strategies.core.roster.admission import (
     NotEnoughClientsError,
     wait_for_nodes,
 )
-from ripple_flwr.methods.fedavg.server import FedAvgStrategy
-from ripple_flwr.methods.local.server import LocalOnlyStrategy
-from ripple_flwr.methods.ripple.server import RippleStrategy
+from ripple_flwr.methods.fedavg.server import FedAvgMethod
+from ripple_flwr.methods.local.server import LocalOnlyMethod
+from ripple_flwr.methods.ripple.server import RippleMethod
 from ripple_flwr.router.checkpoint import load_checkpoint
 from ripple_flwr.settings import RunSettings
 
@@ -77,7 +77,9 @@ def toy_run(faults=None, server_lr=0.5, clients=4, **over):
     settings = parse_run_config(cfg)
     toy = ToyClients()
     grid = FakeGrid(cfg, app=toy, faults=faults)
-    strategy = RippleStrategy(settings, TOY_STATE, weights=TOY_W, truth=TOY_W)
+    strategy = Engine(
+        settings, TOY_STATE, RippleMethod(settings, TOY_STATE, weights=TOY_W, truth=TOY_W)
+    )
     return settings, strategy, grid, toy
 
 
@@ -96,8 +98,8 @@ def test_aggregation_equals_eq9_on_a_hand_built_case():
     strategy.start(grid, state_to_record(TOY_STATE), num_rounds=1)
     assert sorted(toy.trained) == [0, 1, 2, 3]
     expected = eq9({"w": np.stack([TOY_STATE["w"]] * 2)}, [0, 1, 2, 3], 0.5)
-    np.testing.assert_allclose(strategy.stacked["w"], expected, rtol=1e-6)
-    np.testing.assert_array_equal(strategy.stacked["n"], [0, 0])  # counters never averaged
+    np.testing.assert_allclose(strategy.method.stacked["w"], expected, rtol=1e-6)
+    np.testing.assert_array_equal(strategy.method.stacked["n"], [0, 0])  # counters never averaged
     # Per-round bytes equal FedAvg's: one model down and one up per sampled client.
     model_bytes = sum(v.nbytes for v in TOY_STATE.values())
     rnd = strategy.ledger.rounds[0]
@@ -125,21 +127,21 @@ def test_training_messages_carry_the_w_mix(tiny_checkpoint, cache_dir):
     assert len(grid.sent_of_type("query.embed")) == 6
     assert clients.features.shape == (6, router.model.config.input_dim)
     assert clients.bytes_up == [router.model.config.input_dim * 4] * 6
-    np.testing.assert_allclose(strategy.weights, router.route(clients.features))
-    np.testing.assert_allclose(strategy.weights.sum(axis=1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(strategy.method.weights, router.route(clients.features))
+    np.testing.assert_allclose(strategy.method.weights.sum(axis=1), 1.0, atol=1e-6)
 
     # Make the cluster models differ, so the mix is not trivially the initial model.
     rng = np.random.default_rng(0)
-    strategy.stacked = {
+    strategy.method.stacked = {
         k: (v + rng.normal(size=v.shape).astype(v.dtype) if v.dtype.kind == "f" else v)
-        for k, v in strategy.stacked.items()
+        for k, v in strategy.method.stacked.items()
     }
     cfg_record = client_train_config(settings)  # what start() hands Flower's loop
     messages = list(strategy.configure_train(1, ArrayRecord(), cfg_record, grid))
     assert len(messages) == 3
     for msg in messages:
         row = strategy.clients.node_ids.index(msg.metadata.dst_node_id)
-        expected = mix_models(strategy.weights[row][None], strategy.stacked)[0]
+        expected = mix_models(strategy.method.weights[row][None], strategy.method.stacked)[0]
         got = record_to_state(msg.content.array_records["arrays"])
         assert list(got) == list(expected)
         for key in expected:
@@ -153,21 +155,20 @@ def test_stratified_sampling_covers_every_cluster():
     weights = np.full((n, k), 0.02)
     weights[np.arange(n), np.arange(n) % k] = 0.94
     settings = RunSettings.of(num_partitions=n, clients_per_round=k, num_components=k)
-    strategy = RippleStrategy(settings, TOY_STATE, weights=weights)
+    strategy = Engine(settings, TOY_STATE, RippleMethod(settings, TOY_STATE, weights=weights))
     strategy.roster.clients = _fake_clients(n)
-    strategy.setup(strategy.clients)
+    strategy.method.setup(strategy.clients)
     for rnd in range(20):
         rows = strategy.sample_rows(rnd)
         assert len(set(rows)) == k
         assert set(weights[rows].argmax(axis=1)) == set(range(k))
     # Uniform sampling (same seed) is reproducible and differs from stratified in coverage.
-    uni = RippleStrategy(
-        RunSettings.of(num_partitions=n, clients_per_round=k, num_components=k, sampling="uniform"),
-        TOY_STATE,
-        weights=weights,
+    uniform = RunSettings.of(
+        num_partitions=n, clients_per_round=k, num_components=k, sampling="uniform"
     )
+    uni = Engine(uniform, TOY_STATE, RippleMethod(uniform, TOY_STATE, weights=weights))
     uni.roster.clients = _fake_clients(n)
-    uni.setup(uni.clients)
+    uni.method.setup(uni.clients)
     covered = [len(set(weights[uni.sample_rows(r)].argmax(1))) for r in range(20)]
     assert min(covered) < k
 
@@ -265,7 +266,7 @@ def test_bad_embeddings_are_rejected_before_the_encoder(tiny_checkpoint, cache_d
     cfg = tiny_run_config(cache_dir, method="ripple", checkpoint=str(tiny_checkpoint))
     settings = parse_run_config(cfg)
     spy = SpyRouter(load_checkpoint(tiny_checkpoint).router("gmm-vae"))
-    strategy = RippleStrategy(settings, TOY_STATE, router=spy)
+    strategy = Engine(settings, TOY_STATE, RippleMethod(settings, TOY_STATE, router=spy))
     faults = {0: _summary_fault("short"), 3: _summary_fault("nan"), 4: _summary_fault("inf")}
     grid = FakeGrid(cfg, faults=faults)
     with caplog.at_level("WARNING", logger="flwr.ripple"):
@@ -307,7 +308,7 @@ def test_bad_training_replies_are_dropped(kind, caplog):
     with caplog.at_level("WARNING", logger="flwr.ripple"):
         strategy.start(grid, state_to_record(TOY_STATE), num_rounds=1)
     expected = eq9({"w": np.stack([TOY_STATE["w"]] * 2)}, [0, 1, 3], 0.5)
-    np.testing.assert_allclose(strategy.stacked["w"], expected, rtol=1e-6)
+    np.testing.assert_allclose(strategy.method.stacked["w"], expected, rtol=1e-6)
     rnd = strategy.ledger.rounds[0]
     assert rnd.received == 3 and [d.partition for d in rnd.dropped] == [2]
     assert "partition 2" in caplog.text
@@ -317,7 +318,7 @@ def test_all_replies_bad_leaves_cluster_models_unchanged():
     faults = {p: _train_fault("nan") for p in range(4)}
     _, strategy, grid, _ = toy_run(faults=faults)
     strategy.start(grid, state_to_record(TOY_STATE), num_rounds=1)
-    np.testing.assert_array_equal(strategy.stacked["w"], np.stack([TOY_STATE["w"]] * 2))
+    np.testing.assert_array_equal(strategy.method.stacked["w"], np.stack([TOY_STATE["w"]] * 2))
     assert math.isnan(strategy.ledger.rounds[0].train_loss)
 
 
@@ -332,7 +333,7 @@ def test_fewer_nodes_than_expected_is_a_clear_error_not_a_hang():
     grid = FakeGrid(cfg, num_nodes=4, app=ToyClients())
     grid.contexts = dict(list(grid.contexts.items())[:2])  # only 2 of 4 nodes connected
     settings = parse_run_config(cfg)
-    strategy = RippleStrategy(settings, TOY_STATE, weights=TOY_W)
+    strategy = Engine(settings, TOY_STATE, RippleMethod(settings, TOY_STATE, weights=TOY_W))
     t0 = time.monotonic()
     with pytest.raises(
         NotEnoughClientsError, match=r"only 2 of the expected 4 nodes.*num-supernodes=4"
@@ -395,13 +396,13 @@ def test_local_only_trains_each_client_only_when_sampled():
     )
     toy = ToyClients()
     grid = FakeGrid({"num-partitions": 4}, app=toy)
-    strategy = LocalOnlyStrategy(settings, TOY_STATE)
+    strategy = Engine(settings, TOY_STATE, LocalOnlyMethod(settings, TOY_STATE))
     strategy.start(grid, state_to_record(TOY_STATE), num_rounds=5)
     counts = np.bincount(toy.trained, minlength=4)
     for pid in range(4):
         expected = TOY_STATE["w"] + counts[pid] * delta_of(pid)["w"]
-        np.testing.assert_allclose(strategy.states[pid]["w"], expected, rtol=1e-6)
-        assert int(strategy.states[pid]["n"]) == counts[pid]
+        np.testing.assert_allclose(strategy.method.states[pid]["w"], expected, rtol=1e-6)
+        assert int(strategy.method.states[pid]["n"]) == counts[pid]
 
 
 def test_fedavg_is_flowers_weighted_average():
@@ -409,7 +410,7 @@ def test_fedavg_is_flowers_weighted_average():
         {"method": "fedavg", "num-partitions": 4, "clients-per-round": 4, "num-components": 2}
     )
     grid = FakeGrid({"num-partitions": 4}, app=ToyClients())
-    strategy = FedAvgStrategy(settings, TOY_STATE)
+    strategy = Engine(settings, TOY_STATE, FedAvgMethod(settings, TOY_STATE))
     result = strategy.start(grid, state_to_record(TOY_STATE), num_rounds=1)
     n = np.array([10, 11, 12, 13], dtype=np.float64)
     mean_delta = sum(n[p] * delta_of(p)["w"] for p in range(4)) / n.sum()

@@ -14,9 +14,10 @@ from ripple_flwr.aggregation.mixing import mix_models
 from ripple_flwr.app.protocol.candidates import split_candidates
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
+from ripple_flwr.app.server.strategies.core.base import Engine
 from ripple_flwr.app.server.strategies.core.evaluation.zero_shot import onboard_new_clients
-from ripple_flwr.methods.fedavg.server import FedAvgStrategy
-from ripple_flwr.methods.ripple.server import RippleStrategy
+from ripple_flwr.methods.fedavg.server import FedAvgMethod
+from ripple_flwr.methods.ripple.server import RippleMethod
 from ripple_flwr.settings import ConfigError
 
 STATE = {"w": np.array([1.0, 2.0, 3.0], dtype=np.float32), "n": np.array(0, dtype=np.int64)}
@@ -81,7 +82,7 @@ def toy(best_by_loss: bool = True, rounds: int = 3):
     settings = parse_run_config(cfg)
     clients = Clients(total=5)
     grid = FakeGrid(cfg, app=clients, join_after={3: 1})
-    strategy = RippleStrategy(settings, STATE, weights=W, truth=W)
+    strategy = Engine(settings, STATE, RippleMethod(settings, STATE, weights=W, truth=W))
     return strategy, grid, clients
 
 
@@ -97,7 +98,7 @@ def test_late_joiner_is_assigned_at_the_next_round_without_disturbing_others():
         3
     ]
     assert strategy.clients.partition_ids == [0, 1, 2, 3]
-    np.testing.assert_array_equal(strategy.weights[3], W[3])
+    np.testing.assert_array_equal(strategy.method.weights[3], W[3])
     # Everyone else got exactly one query message in the whole run: the join cost them nothing.
     assert all(clients.count("query", p) == 1 for p in range(5))
     # It is evaluated with its own mix from round 2 on (3 clients before, 4 after).
@@ -114,7 +115,7 @@ def test_new_client_never_trains_and_gets_its_w_mix_once():
     assert clients.count("train", 4) == 0
     # Evaluated exactly once, after training, with theta_new = sum_c w_new,c theta_c.
     (got,) = clients.received[("evaluate", 4)]
-    expected = mix_models(W[4:5], strategy.stacked)[0]
+    expected = mix_models(W[4:5], strategy.method.stacked)[0]
     np.testing.assert_allclose(got["w"], expected["w"], rtol=1e-6)
     assert rec["clients"] == 1 and rec["accuracy"]["weighted_mean"] == pytest.approx(0.4)
     assert "best_by_loss" not in rec
@@ -128,7 +129,7 @@ def test_best_by_loss_sends_every_cluster_model_and_keeps_the_train_split_choice
     best = onboard_new_clients(strategy, grid)["best_by_loss"]
     # One zero-shot message, then one message carrying both cluster models as candidates.
     assert clients.count("evaluate", 4) == 2
-    losses = [abs(strategy.stacked["w"][m][0] - 40) for m in range(2)]
+    losses = [abs(strategy.method.stacked["w"][m][0] - 40) for m in range(2)]
     assert best["per_client"][0]["model"] == int(np.argmin(losses))
     assert best["chosen_on"] == "training split"
 
@@ -144,7 +145,7 @@ def test_fedavg_onboards_new_clients_with_its_global_model():
     }
     settings = parse_run_config(cfg)
     clients = Clients(total=5)
-    strategy = FedAvgStrategy(settings, STATE)
+    strategy = Engine(settings, STATE, FedAvgMethod(settings, STATE))
     grid = FakeGrid(cfg, app=clients)
     result = strategy.start(grid, state_to_record(STATE), num_rounds=2)
     onboard_new_clients(strategy, grid)
@@ -175,19 +176,19 @@ def test_hdb_trains_k_hat_models_on_collapsed_weights():
         }
     )
     clients = Clients(total=n)
-    strategy = RippleStrategy(settings, STATE, weights=w, truth=w)
+    strategy = Engine(settings, STATE, RippleMethod(settings, STATE, weights=w, truth=w))
     strategy.start(FakeGrid({"num-partitions": n}, app=clients), state_to_record(STATE), 1)
     assert strategy.num_models == 2
-    cmap = strategy.component_map
+    cmap = strategy.method.component_map
     assert cmap[0] == cmap[1] != cmap[2] == cmap[3]
-    np.testing.assert_allclose(strategy.weights, collapse_weights(w, cmap, 2))
-    np.testing.assert_allclose(strategy.weights.sum(axis=1), 1.0)
-    assert strategy.stacked["w"].shape == (2, 3)
+    np.testing.assert_allclose(strategy.method.weights, collapse_weights(w, cmap, 2))
+    np.testing.assert_allclose(strategy.method.weights.sum(axis=1), 1.0)
+    assert strategy.method.stacked["w"].shape == (2, 3)
     # The training messages carried the mix of the 2 models with the collapsed weights.
     for (kind, pid), states in clients.received.items():
         if kind == "train":
             expected = mix_models(
-                strategy.weights[pid : pid + 1], {"w": np.stack([STATE["w"]] * 2)}
+                strategy.method.weights[pid : pid + 1], {"w": np.stack([STATE["w"]] * 2)}
             )
             np.testing.assert_allclose(states[0]["w"], expected[0]["w"], rtol=1e-6)
     rec = strategy.run_record()
@@ -307,9 +308,9 @@ def test_the_zero_shot_record_names_new_clients_routed_uniformly():
     assert "routed_uniformly" not in plain  # in-domain clients: the record is as before
     strategy, grid, _ = toy(best_by_loss=False)
     strategy.start(grid, state_to_record(STATE), num_rounds=3)
-    strategy.fixed_weights, strategy.router = None, FarRouter()  # routed from here on
+    strategy.method.fixed_weights, strategy.method.router = None, FarRouter()  # routed from here on
     rec = onboard_new_clients(strategy, grid)
     reason = "embedding outside the router's domain: routed uniformly"
     assert rec["routed_uniformly"] == [{"partition": 4, "reason": reason}]
     assert set(plain) | {"routed_uniformly"} == set(rec)
-    np.testing.assert_array_equal(strategy.new_weights, [[0.5, 0.5]])
+    np.testing.assert_array_equal(strategy.method.new_weights, [[0.5, 0.5]])

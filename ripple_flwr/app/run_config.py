@@ -3,7 +3,7 @@ checked against what is registered (methods, datasets, models) before any expens
 
 :mod:`ripple_flwr.settings` parses types and ranges and knows nothing else; the
 rules that need the registry or the data live here, and each method's own rules
-live in its strategy file (``check_settings``).
+live in its method class (``check_settings``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
-"""What a method hands the rest of the run, as typed values (light: no Flower, no torch).
+"""What a method is to the engine, and what it hands the rest of the run (light: no Flower).
 
-The server's setup and the zero-shot round read a method's results through these, never
-through a method's own attributes: :class:`Export` (what a saved run keeps for onboarding
-outside the run) and :class:`Onboarding` (the zero-shot models of the new clients).
+:class:`Method` is the protocol the server's engine runs (structural: a method does not
+subclass it, so its lineage stays short); the server's setup and the zero-shot round read
+a method's results through typed values, never through its attributes: :class:`Export`
+(what a saved run keeps for onboarding outside the run) and :class:`Onboarding` (the
+zero-shot models of the new clients). docs/adding-a-method.md lists the optional hooks.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -46,3 +48,32 @@ class Onboarding:
 
     payloads: list[Any] | None
     routed_uniformly: list[dict[str, Any]] = field(default_factory=list)
+
+
+@runtime_checkable
+class Method(Protocol):
+    """The hooks every method has; the engine asks the optional ones only if present.
+
+    ``run`` is the engine (set when it takes the method): the method reads the run's
+    ``settings``, ``clients``, ``num_rounds``, ``reference``, ``grid``, ``sampler`` and
+    ``book`` there. Payloads are one model (an ``ArrayRecord``) or a list of candidates.
+    """
+
+    state_fields: ClassVar[tuple[str, ...]]
+    run: Any
+
+    def aggregate(self, server_round: int, accepted: list[Any]) -> Any:
+        """Fold the round's validated replies in; the new global arrays, or ``None``."""
+        ...
+
+    def eval_payloads(self, arrays: Any) -> list[Any]:
+        """The model (or candidates) each client is evaluated with, in client order."""
+        ...
+
+    def state(self) -> dict[str, Any]:
+        """Its saved fields by name (``state_fields``, joined over its classes)."""
+        ...
+
+    def restore(self, fields: dict[str, Any]) -> None:
+        """Put back checked saved fields (and check what ties them together)."""
+        ...

@@ -152,12 +152,15 @@ class MethodSpec:
         return importlib.import_module(f"{self.package}.server")
 
     @property
-    def strategy_class(self) -> type:
-        """The class that runs the method (``server.METHOD``); an incomplete folder is refused."""
+    def method_class(self) -> type:
+        """The method's class (``server.METHOD``), which the engine runs; an incomplete folder
+        is refused."""
         cls = getattr(self.server, "METHOD", None)
-        if not isinstance(cls, type) or not hasattr(cls, "declared_state"):
+        hooks = ("aggregate", "eval_payloads", "state", "restore")
+        if not isinstance(cls, type) or not all(callable(getattr(cls, h, None)) for h in hooks):
             raise ValueError(
-                f"method {self.name!r}: {self.package}.server has no METHOD class to run it"
+                f"method {self.name!r}: {self.package}.server has no METHOD class to run it "
+                f"(a class with {', '.join(hooks)})"
             )
         if "state_fields" not in vars(cls):
             raise ValueError(
@@ -169,19 +172,24 @@ class MethodSpec:
     @property
     def state(self) -> tuple[str, ...]:
         """What the method keeps between rounds and a checkpoint saves (imports the server side)."""
-        return self.strategy_class.declared_state()
+        out: list[str] = []
+        for klass in reversed(self.method_class.__mro__):
+            out += [n for n in klass.__dict__.get("state_fields", ()) if n not in out]
+        return tuple(out)
 
     def check_settings(self, settings: RunSettings) -> None:
         """The method's own rules on the run's settings (its class's ``check_settings``)."""
-        self.strategy_class.check_settings(settings)
+        check = getattr(self.method_class, "check_settings", None)
+        if check is not None:
+            check(settings)
 
     def make(self, inputs: MethodInputs) -> Any:
-        """The method's strategy for one run: ``server.build(spec, inputs)`` if the folder has
-        one, else ``METHOD(settings, initial_state)``."""
+        """The method for one run (the engine holds it): ``server.build(spec, inputs)`` if
+        the folder has one, else ``METHOD(settings, initial_state)``."""
         build = getattr(self.server, "build", None)
         if build is not None:
             return build(self, inputs)
-        return self.strategy_class(inputs.settings, inputs.initial_state)
+        return self.method_class(inputs.settings, inputs.initial_state)
 
     def client_module(self) -> ModuleType | None:
         """The folder's ``client.py`` (its clients' rule), or None: plain SGD."""

@@ -20,7 +20,7 @@ from ripple_flwr.io.checks import FileCheck
 from ripple_flwr.io.integrity import HASH_KEY, IntegrityError, content_sha256
 
 FORMAT_VERSION = 1
-# What a server's state holds (AppStrategy.server_state); nothing else is read.
+# What a server's state holds (Engine.server_state); nothing else is read.
 STATE_KEYS = ("round", "method", "settings", "rng", "ledger", "roster", "fields")
 _FIX = "resume from an earlier copy or start the run again"
 

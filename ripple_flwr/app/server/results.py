@@ -54,7 +54,7 @@ def results_record(
 
     Parameters
     ----------
-    strategy : AppStrategy
+    strategy : Engine
         The run's strategy, after its rounds (its clients, model count).
     settings : RunSettings
         The run's settings, as settled.

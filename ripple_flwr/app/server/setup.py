@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from ripple_flwr.app.server.run_data import RunData
+from ripple_flwr.app.server.strategies.core.base import Engine
 from ripple_flwr.data import Federation
-from ripple_flwr.methods.registry import MethodInputs, get_method
+from ripple_flwr.methods.registry import MethodInputs, MethodSpec, get_method
 from ripple_flwr.router.checkpoint import (
     CHECKPOINT_VERSION,
     Checkpoint,
@@ -152,7 +153,7 @@ def pretrained_report(settings: RunSettings) -> dict[str, Any] | None:
 
 
 def build_strategy(settings: RunSettings, state, data: RunData | Federation, router=None):
-    """The strategy of ``settings.method``, built by its registry entry."""
+    """The engine around ``settings.method``, the method built by its registry entry."""
     if isinstance(data, Federation):
         data = RunData.of_federation(settings, data)
     shape, classes = data.image_shape, data.num_classes
@@ -163,7 +164,12 @@ def build_strategy(settings: RunSettings, state, data: RunData | Federation, rou
         router=router,
         fresh_state=lambda i: initial_state(settings, shape, classes, index=i),
     )
-    return get_method(settings.method).make(inputs)
+    return make_engine(get_method(settings.method), inputs)
+
+
+def make_engine(spec: MethodSpec, inputs: MethodInputs) -> Engine:
+    """The run's engine holding the method ``spec`` builds from ``inputs``."""
+    return Engine(inputs.settings, inputs.initial_state, spec.make(inputs))
 
 
 def save_for_onboarding(

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord
@@ -80,7 +81,7 @@ def first_split_round(fraction: float, num_rounds: int) -> int:
     return max(1, math.ceil(fraction * num_rounds - 1e-9))
 
 
-class CFLStrategy(ClusterModels):
+class CFLMethod(ClusterModels):
     """Clustered FL by recursive bi-partitioning.
 
     Parameters
@@ -105,9 +106,9 @@ class CFLStrategy(ClusterModels):
 
     @property
     def first_split_round(self) -> int:
-        return first_split_round(CFL_WARMUP_FRACTION.of(self.settings), self.num_rounds)
+        return first_split_round(CFL_WARMUP_FRACTION.of(self.settings), self.run.num_rounds)
 
-    def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
+    def aggregate(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
         """The split test on this round's updates, then each cluster's mean, new ones included."""
         s = self.settings
         rows = [a.row for a in accepted]
@@ -191,8 +192,8 @@ class CFLStrategy(ClusterModels):
         )
         return True
 
-    def run_record(self) -> dict:
-        rec = super().run_record()
+    def run_record(self, rec: dict[str, Any]) -> dict[str, Any]:
+        rec = super().run_record(rec)
         rec["assignment"]["criterion"] = {
             "columns": ["round", "cluster", "mean_update_norm", "max_update_norm"],
             "rows": self.criterion,
@@ -201,15 +202,15 @@ class CFLStrategy(ClusterModels):
         return rec
 
 
-def build_cfl(inp: MethodInputs) -> CFLStrategy:
+def build_cfl(inp: MethodInputs) -> CFLMethod:
     """One model, with the true mixtures for the final clusters' ARI."""
-    return CFLStrategy(inp.settings, inp.initial_state, truth=inp.true_mixtures)
+    return CFLMethod(inp.settings, inp.initial_state, truth=inp.true_mixtures)
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = CFLStrategy
+METHOD = CFLMethod
 
 
-def build(spec: MethodSpec, inputs: MethodInputs) -> CFLStrategy:
+def build(spec: MethodSpec, inputs: MethodInputs) -> CFLMethod:
     """The strategy of one run (:func:`build_cfl`)."""
     return build_cfl(inputs)

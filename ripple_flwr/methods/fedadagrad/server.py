@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import FedAdagrad
 
-from ripple_flwr.app.server.strategies.core.flower import FlowerModel, fedopt_kwargs
+from ripple_flwr.app.server.strategies.core.flower import FlowerMethod, fedopt_kwargs
 from ripple_flwr.settings import RunSettings
 
 
-class FedAdagradStrategy(FlowerModel, FedAdagrad):
+class FedAdagradMethod(FlowerMethod):
     """Flower's FedAdagrad over the app's clients; eta and tau from the run config."""
+
+    flower_class = FedAdagrad
 
     state_fields = ("current_arrays", "m_t", "v_t")  # Flower's FedOpt state
 
@@ -19,4 +21,4 @@ class FedAdagradStrategy(FlowerModel, FedAdagrad):
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = FedAdagradStrategy
+METHOD = FedAdagradMethod

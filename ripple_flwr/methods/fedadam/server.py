@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import FedAdam
 
-from ripple_flwr.app.server.strategies.core.flower import FlowerModel, fedopt_kwargs
+from ripple_flwr.app.server.strategies.core.flower import FlowerMethod, fedopt_kwargs
 from ripple_flwr.settings import RunSettings
 
 
-class FedAdamStrategy(FlowerModel, FedAdam):
+class FedAdamMethod(FlowerMethod):
     """Flower's FedAdam over the app's clients; eta, beta1, beta2, tau from the run config."""
+
+    flower_class = FedAdam
 
     state_fields = ("current_arrays", "m_t", "v_t")  # Flower's FedOpt state
 
@@ -19,4 +21,4 @@ class FedAdamStrategy(FlowerModel, FedAdam):
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = FedAdamStrategy
+METHOD = FedAdamMethod

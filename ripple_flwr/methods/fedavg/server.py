@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import FedAvg
 
-from ripple_flwr.app.server.strategies.core.flower import FlowerModel
+from ripple_flwr.app.server.strategies.core.flower import FlowerMethod
 from ripple_flwr.settings import RunSettings
 
 
-class FedAvgStrategy(FlowerModel, FedAvg):
+class FedAvgMethod(FlowerMethod):
     """Flower's FedAvg (weighted by ``num-examples``) over the app's clients."""
+
+    flower_class = FedAvg
 
     state_fields = ()
 
@@ -19,4 +21,4 @@ class FedAvgStrategy(FlowerModel, FedAvg):
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = FedAvgStrategy
+METHOD = FedAvgMethod

@@ -9,13 +9,15 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import FedAvgM
 
-from ripple_flwr.app.server.strategies.core.flower import FlowerModel
+from ripple_flwr.app.server.strategies.core.flower import FlowerMethod
 from ripple_flwr.methods.fedavgm.spec import FEDAVGM_MOMENTUM
 from ripple_flwr.settings import RunSettings
 
 
-class FedAvgMStrategy(FlowerModel, FedAvgM):
+class FedAvgMMethod(FlowerMethod):
     """Flower's FedAvgM over the app's clients; ``fedavgm-momentum`` and ``server-lr``."""
+
+    flower_class = FedAvgM
 
     state_fields = ("current_arrays", "momentum_vector")  # Flower's FedAvgM state
 
@@ -29,4 +31,4 @@ class FedAvgMStrategy(FlowerModel, FedAvgM):
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = FedAvgMStrategy
+METHOD = FedAvgMMethod

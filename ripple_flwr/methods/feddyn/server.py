@@ -17,7 +17,7 @@ from ripple_flwr.methods.feddyn.spec import FEDDYN_ALPHA
 from ripple_flwr.settings import RunSettings
 
 
-class FedDynStrategy(GlobalModel):
+class FedDynMethod(GlobalModel):
     """FedDyn: server state h, client state g_k; alpha = ``feddyn-alpha``."""
 
     state_fields = ("h",)
@@ -30,7 +30,7 @@ class FedDynStrategy(GlobalModel):
         }
 
     def update(self, accepted: list[Accepted]) -> dict[str, np.ndarray]:
-        m = len(self.clients)
+        m = len(self.run.clients)
         new = self.non_float_from(accepted)
         for k in self.float_keys:
             prev = self.global_state[k].astype(np.float64)
@@ -41,4 +41,4 @@ class FedDynStrategy(GlobalModel):
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = FedDynStrategy
+METHOD = FedDynMethod

@@ -9,12 +9,14 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import FedMedian
 
-from ripple_flwr.app.server.strategies.core.flower import FlowerModel
+from ripple_flwr.app.server.strategies.core.flower import FlowerMethod
 from ripple_flwr.settings import RunSettings
 
 
-class FedMedianStrategy(FlowerModel, FedMedian):
+class FedMedianMethod(FlowerMethod):
     """Flower's FedMedian over the app's clients."""
+
+    flower_class = FedMedian
 
     state_fields = ()
 
@@ -23,4 +25,4 @@ class FedMedianStrategy(FlowerModel, FedMedian):
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = FedMedianStrategy
+METHOD = FedMedianMethod

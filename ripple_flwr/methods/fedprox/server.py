@@ -9,13 +9,15 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import FedProx
 
-from ripple_flwr.app.server.strategies.core.flower import FlowerModel
+from ripple_flwr.app.server.strategies.core.flower import FlowerMethod
 from ripple_flwr.methods.fedprox.spec import PROXIMAL_MU
 from ripple_flwr.settings import RunSettings
 
 
-class FedProxStrategy(FlowerModel, FedProx):
+class FedProxMethod(FlowerMethod):
     """Flower's FedProx over the app's clients; ``proximal-mu`` from the run config."""
+
+    flower_class = FedProx
 
     state_fields = ()
 
@@ -24,4 +26,4 @@ class FedProxStrategy(FlowerModel, FedProx):
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = FedProxStrategy
+METHOD = FedProxMethod

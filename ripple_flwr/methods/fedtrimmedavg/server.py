@@ -9,13 +9,15 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import FedTrimmedAvg
 
-from ripple_flwr.app.server.strategies.core.flower import FlowerModel
+from ripple_flwr.app.server.strategies.core.flower import FlowerMethod
 from ripple_flwr.methods.fedtrimmedavg.spec import TRIMMED_BETA
 from ripple_flwr.settings import RunSettings
 
 
-class FedTrimmedAvgStrategy(FlowerModel, FedTrimmedAvg):
+class FedTrimmedAvgMethod(FlowerMethod):
     """Flower's FedTrimmedAvg over the app's clients; ``trimmed-beta`` from the run config."""
+
+    flower_class = FedTrimmedAvg
 
     state_fields = ()
 
@@ -24,4 +26,4 @@ class FedTrimmedAvgStrategy(FlowerModel, FedTrimmedAvg):
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = FedTrimmedAvgStrategy
+METHOD = FedTrimmedAvgMethod

@@ -93,7 +93,7 @@ def clustering_keys(model: State, layer: str) -> list[str]:
     return [layer]
 
 
-class FeSEMStrategy(ClusterModels):
+class FeSEMMethod(ClusterModels):
     """FeSEM with K = ``num-components`` centres, all started from one initial model.
 
     Parameters
@@ -141,31 +141,32 @@ class FeSEMStrategy(ClusterModels):
         init = self.latest[order[:k]] if n >= k else self.cold_points(k)
         self.centroids, self.assignment = kmeans_lloyd(self.latest, init, FIRST_KMEANS_ITERS)
 
-    def add_clients(self, joined: QueryResult) -> None:
+    def add_clients(self, joined: QueryResult, server_round: int) -> None:
         """A late joiner gets a cold point and the cluster whose centroid is nearest it."""
         start = len(self.assignment)
-        super().add_clients(joined)
+        super().add_clients(joined, server_round)
         self.latest[start:] = self.cold_points(len(joined))
         _, labels = kmeans_lloyd(self.latest[start:], self.centroids, iters=0)
         self.assignment[start:] = labels
 
-    def sample_rows(self, server_round: int) -> np.ndarray:
-        """``per-cluster``: up to clients-per-round inside each cluster of 2+ active members."""
+    def sample_rows(self, server_round: int) -> np.ndarray | None:
+        """``per-cluster``: up to clients-per-round inside each cluster of 2+ active members
+        (``None``: the run's uniform draw)."""
         if not self.per_cluster:
-            return super().sample_rows(server_round)
-        active = self.active_rows()
+            return None
+        active = self.run.active_rows()
         labels = self.assignment[active]
         picked = []
         for k in range(self.num_models):  # in cluster order, so one seed gives one draw
             members = active[labels == k]
             if len(members) >= 2:  # the authors skip clusters of one client
                 size = min(self.settings.training.clients_per_round, len(members))
-                picked.append(members[uniform_sample(len(members), size, self.rng)])
+                picked.append(members[uniform_sample(len(members), size, self.run.sampler.rng)])
         if not picked:
-            return super().sample_rows(server_round)
+            return None
         return np.sort(np.concatenate(picked))
 
-    def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
+    def aggregate(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
         """Centres = mean of their members' models; every few rounds, K-means reassigns."""
         rows = [a.row for a in accepted]
         points = flatten([a.state for a in accepted], self.point_keys)
@@ -174,7 +175,7 @@ class FeSEMStrategy(ClusterModels):
             points -= flatten(sent, self.point_keys)
         self.remember(rows, points)
         self.average_into_clusters(server_round, accepted, [self._sent_from[r] for r in rows])
-        if server_round % self.update_every == 0 and server_round < self.num_rounds:
+        if server_round % self.update_every == 0 and server_round < self.run.num_rounds:
             self.reassign(server_round)
         return None
 
@@ -191,8 +192,9 @@ class FeSEMStrategy(ClusterModels):
             "round %d: FeSEM K-means moved %d clients; cluster sizes %s", server_round, moved, sizes
         )
 
-    def restore_server_state(self, state: dict[str, Any]) -> None:
-        super().restore_server_state(state)
+    def restore(self, fields: dict[str, Any]) -> None:
+        """ClusterModels' restore and checks, then the centroids' and points' shapes."""
+        super().restore(fields)
         k, d = self.num_models, self.vector_size()
         if self.centroids.shape != (k, d) or self.latest.shape[1:] != (d,):
             raise ValueError(
@@ -202,18 +204,18 @@ class FeSEMStrategy(ClusterModels):
             )
 
 
-def build_fesem(inp: MethodInputs) -> FeSEMStrategy:
+def build_fesem(inp: MethodInputs) -> FeSEMMethod:
     """K centres, all copies of the one initial model (the authors' ``center_init``)."""
     k = inp.settings.embedding.num_components
-    return FeSEMStrategy(
+    return FeSEMMethod(
         inp.settings, [dict(inp.initial_state) for _ in range(k)], truth=inp.true_mixtures
     )
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = FeSEMStrategy
+METHOD = FeSEMMethod
 
 
-def build(spec: MethodSpec, inputs: MethodInputs) -> FeSEMStrategy:
+def build(spec: MethodSpec, inputs: MethodInputs) -> FeSEMMethod:
     """The strategy of one run (:func:`build_fesem`)."""
     return build_fesem(inputs)

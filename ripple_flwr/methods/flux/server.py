@@ -77,7 +77,7 @@ from ripple_flwr.settings import ConfigError, RunSettings
 log = logging.getLogger("flwr.ripple")
 
 
-class FLUXStrategy(ClusterModels):
+class FLUXMethod(ClusterModels):
     """FLUX over the app's clients.
 
     Parameters
@@ -125,7 +125,6 @@ class FLUXStrategy(ClusterModels):
         self.stat_bound = 0.0  # every statistic is held to [-bound, bound]
         self.descriptor_log: list[dict[str, Any]] = []  # every descriptor round, for the record
         self.new_record: dict[str, Any] = {}
-        self._grid: Grid | None = None
         self._pending = [0, 0]  # descriptor bytes (down, up) to add to this round's record
 
     # -- when to cluster ----------------------------------------------------------------------
@@ -135,7 +134,7 @@ class FLUXStrategy(ClusterModels):
         if self.clustered_at or done < FLUX_START_ROUND.of(self.settings):
             return False
         rises = np.diff(np.asarray(self.accuracy_trend, dtype=np.float64))
-        late = done >= FLUX_LATEST_FRACTION.of(self.settings) * self.num_rounds
+        late = done >= FLUX_LATEST_FRACTION.of(self.settings) * self.run.num_rounds
         return bool((rises < FLUX_ACCURACY_DELTA.of(self.settings)).any()) or late
 
     def scored(self, server_round: int, per_client: list) -> None:
@@ -144,32 +143,27 @@ class FLUXStrategy(ClusterModels):
         if n:
             self.accuracy_trend.append(sum(c.accuracy * c.num_examples for c in per_client) / n)
 
-    def admit(self, grid: Grid, server_round: int) -> None:
+    def add_clients(self, joined: QueryResult, server_round: int) -> None:
         """Late joiners after the clustering get their cluster from their label-free descriptor."""
-        self._grid = grid
-        before = len(self.clients)
-        super().admit(grid, server_round)
-        if self.clustered_at and len(self.clients) > before:
-            rows = list(range(before, len(self.clients)))
-            nodes = [self.clients.node_ids[r] for r in rows]
-            labels, rec = self.assign_unseen(grid, nodes, "late joiners", server_round)
+        super().add_clients(joined, server_round)
+        after = len(self.run.clients)
+        if self.clustered_at and len(joined):
+            rows = list(range(after - len(joined), after))
+            nodes = [self.run.clients.node_ids[r] for r in rows]
+            labels, rec = self.assign_unseen(self.run.grid, nodes, "late joiners", server_round)
             self.assignment[rows] = labels
             self._pending[0] += rec["bytes_down"]
             self._pending[1] += rec["bytes_up"]
 
-    def begin_round(self, server_round: int, grid: Grid) -> np.ndarray:
-        rows = super().begin_round(server_round, grid)
+    def round_opened(self, server_round: int, grid: Grid) -> None:
+        """Cluster when the rule says so; the round's record also counts the descriptor
+        messages sent since the last one (late joiners' and the clustering's)."""
         if self.should_cluster(server_round):
             self.cluster_clients(grid, server_round)
-        return rows
-
-    def end_round(self, accepted: list[Accepted], server_seconds: float):
-        """The round's record also counts the descriptor messages sent since the last one."""
-        self.book.add_bytes(*self._pending)
+        self.run.book.add_bytes(*self._pending)
         self._pending = [0, 0]
-        return super().end_round(accepted, server_seconds)
 
-    def apply_updates(self, server_round: int, accepted: list[Accepted]) -> None:
+    def aggregate(self, server_round: int, accepted: list[Accepted]) -> None:
         """Each cluster model: the example-weighted mean of its members' returned models."""
         self.average_into_clusters(
             server_round, accepted, [self._sent_from[a.row] for a in accepted]
@@ -190,7 +184,7 @@ class FLUXStrategy(ClusterModels):
         """The descriptor round over every training client, then DBSCAN; K_hat models from it."""
         s, layout = self.settings, self.layout
         global_model = self.models[0]
-        nodes = list(self.clients.node_ids)
+        nodes = list(self.run.clients.node_ids)
         rnd = descriptor_round(
             grid,
             nodes,
@@ -214,7 +208,7 @@ class FLUXStrategy(ClusterModels):
         rec.update(
             {
                 "latent_max": m,
-                "held_to_bound": [self.clients.partition_ids[i] for i in held],
+                "held_to_bound": [self.run.clients.partition_ids[i] for i in held],
                 "eps": found.eps,
                 "knee": found.knee,
                 "clusters": len(found.centroids),
@@ -300,7 +294,7 @@ class FLUXStrategy(ClusterModels):
             self.new_record = {"clustered": bool(self.clustered_at), "labels": [0] * len(new)}
             return [records[0]] * len(new)
         labels, rec = self.assign_unseen(
-            self._grid, list(new.node_ids), "new clients", self.num_rounds + 1
+            self.run.grid, list(new.node_ids), "new clients", self.run.num_rounds + 1
         )
         self.new_record = {"clustered": True, **rec}
         return [records[int(c)] for c in labels]
@@ -329,8 +323,8 @@ class FLUXStrategy(ClusterModels):
     def zero_shot_extras(self) -> dict[str, Any]:
         return {"flux": self.new_record} if self.new_record else {}
 
-    def run_record(self) -> dict[str, Any]:
-        rec = super().run_record()
+    def run_record(self, rec: dict[str, Any]) -> dict[str, Any]:
+        rec = super().run_record(rec)
         first = next((d for d in self.descriptor_log if d["who"] == "training clients"), None)
         rec["flux"] = {
             "clustered_at": self.clustered_at,
@@ -347,15 +341,15 @@ class FLUXStrategy(ClusterModels):
         return rec
 
 
-def build_flux(inp: MethodInputs) -> FLUXStrategy:
+def build_flux(inp: MethodInputs) -> FLUXMethod:
     """One model, with the true mixtures for the final clusters' ARI."""
-    return FLUXStrategy(inp.settings, inp.initial_state, truth=inp.true_mixtures)
+    return FLUXMethod(inp.settings, inp.initial_state, truth=inp.true_mixtures)
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = FLUXStrategy
+METHOD = FLUXMethod
 
 
-def build(spec: MethodSpec, inputs: MethodInputs) -> FLUXStrategy:
+def build(spec: MethodSpec, inputs: MethodInputs) -> FLUXMethod:
     """The strategy of one run (:func:`build_flux`)."""
     return build_flux(inputs)

@@ -57,7 +57,7 @@ from ripple_flwr.settings import RunSettings
 log = logging.getLogger("flwr.ripple")
 
 
-class IFCAStrategy(ClusterModels):
+class IFCAMethod(ClusterModels):
     """IFCA with K = ``num-components`` models.
 
     Parameters
@@ -96,7 +96,7 @@ class IFCAStrategy(ClusterModels):
     def before_training(self, grid: Grid, timeout: float) -> None:
         """Draw the K initial models again until every one is some clients' choice."""
         balance = IFCA_INIT_BALANCE.of(self.settings)
-        if balance <= 0 or not len(self.clients):
+        if balance <= 0 or not len(self.run.clients):
             return
         k, first = self.num_models, list(self.models)
         max_draws = IFCA_INIT_DRAWS.of(self.settings) if self.draw is not None else 1
@@ -132,9 +132,9 @@ class IFCAStrategy(ClusterModels):
         """Every training client's choice among ``models`` (lowest training-split loss)."""
         t0 = time.perf_counter()
         records = states_to_records(models)
-        n = len(self.clients)
-        per_client, failed = evaluate_on(grid, self.clients, [records] * n, 0, timeout)
-        row_of = {p: r for r, p in enumerate(self.clients.partition_ids)}
+        n = len(self.run.clients)
+        per_client, failed = evaluate_on(grid, self.run.clients, [records] * n, 0, timeout)
+        row_of = {p: r for r, p in enumerate(self.run.clients.partition_ids)}
         chosen = {row_of[c.partition]: int(c.chosen) for c in per_client if c.chosen is not None}
         self.init_draws.append(
             {
@@ -169,7 +169,7 @@ class IFCAStrategy(ClusterModels):
         """A reply's update is measured from the model it says it chose."""
         return self.models[self.choice(a)]
 
-    def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
+    def aggregate(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
         """theta_j = sum over clients that chose j of n_i theta_i / sum n_i."""
         labels = [self.choice(a) for a in accepted]
         for a, c in zip(accepted, labels, strict=True):
@@ -179,35 +179,35 @@ class IFCAStrategy(ClusterModels):
 
     def eval_payloads(self, arrays: ArrayRecord) -> list[list[ArrayRecord]]:
         """All K models: each client is scored with its lowest training-loss one."""
-        return [self.model_records()] * len(self.clients)
+        return [self.model_records()] * len(self.run.clients)
 
     def scored(self, server_round: int, per_client: list) -> None:
         """The models the clients chose in this evaluation are their assignment."""
-        row_of = {p: r for r, p in enumerate(self.clients.partition_ids)}
+        row_of = {p: r for r, p in enumerate(self.run.clients.partition_ids)}
         for c in per_client:
             if c.chosen is not None:
                 self.assignment[row_of[c.partition]] = c.chosen
 
     # -- results -----------------------------------------------------------------------------
-    def run_record(self) -> dict[str, Any]:
-        rec = super().run_record()
+    def run_record(self, rec: dict[str, Any]) -> dict[str, Any]:
+        rec = super().run_record(rec)
         rec["assignment"]["init_draws"] = self.init_draws
         rec["assignment"]["init_bytes_down"] = sum(d["bytes_down"] for d in self.init_draws)
         return rec
 
 
-def build_ifca(inp: MethodInputs) -> IFCAStrategy:
+def build_ifca(inp: MethodInputs) -> IFCAMethod:
     """K distinct seeded initial models (and the re-draws of ``ifca-init-balance``)."""
     k = inp.settings.embedding.num_components
-    return IFCAStrategy(
+    return IFCAMethod(
         inp.settings, inp.initial_states(k), truth=inp.true_mixtures, draw=inp.draws(k)
     )
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = IFCAStrategy
+METHOD = IFCAMethod
 
 
-def build(spec: MethodSpec, inputs: MethodInputs) -> IFCAStrategy:
+def build(spec: MethodSpec, inputs: MethodInputs) -> IFCAMethod:
     """The strategy of one run (:func:`build_ifca`)."""
     return build_ifca(inputs)

@@ -9,13 +9,15 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import Krum
 
-from ripple_flwr.app.server.strategies.core.flower import FlowerModel
+from ripple_flwr.app.server.strategies.core.flower import FlowerMethod
 from ripple_flwr.methods.krum.spec import KRUM_MALICIOUS
 from ripple_flwr.settings import ConfigError, RunSettings
 
 
-class KrumStrategy(FlowerModel, Krum):
+class KrumMethod(FlowerMethod):
     """Flower's Krum over the app's clients; ``krum-malicious`` from the run config."""
+
+    flower_class = Krum
 
     state_fields = ()
 
@@ -35,4 +37,4 @@ class KrumStrategy(FlowerModel, Krum):
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = KrumStrategy
+METHOD = KrumMethod

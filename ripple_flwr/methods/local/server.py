@@ -7,17 +7,19 @@ federation; messages go through the same app, so bytes are counted alike.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from flwr.app import ArrayRecord
 
 from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
-from ripple_flwr.app.server.strategies.core.server_models import ServerModels
+from ripple_flwr.app.server.strategies.core.state.plain import field_values
 from ripple_flwr.settings import RunSettings
 
 
-class LocalOnlyStrategy(ServerModels):
+class LocalOnlyMethod:
     """One model per client, never shared; all start from the same initialisation.
 
     Parameters
@@ -29,23 +31,29 @@ class LocalOnlyStrategy(ServerModels):
     """
 
     state_fields = ("states",)
+    run: Any = None  # the engine, set when it takes the method
 
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
-        super().__init__(settings, initial_state)
+        self.settings = settings
         self.initial_state = {k: np.array(v) for k, v in initial_state.items()}
         self.states: list[dict[str, np.ndarray]] = []
 
     def setup(self, clients: QueryResult) -> None:
         self.states = [self.initial_state] * len(clients)  # copy-on-write: replaced, never edited
 
-    def add_clients(self, joined: QueryResult) -> None:
-        super().add_clients(joined)
+    def state(self) -> dict[str, Any]:
+        return field_values(self)
+
+    def restore(self, fields: dict[str, Any]) -> None:
+        self.states = fields.get("states", self.states)
+
+    def add_clients(self, joined: QueryResult, server_round: int) -> None:
         self.states += [self.initial_state] * len(joined)
 
     def train_payloads(self, rows: np.ndarray, arrays: ArrayRecord) -> list[ArrayRecord]:
         return states_to_records([self.states[int(r)] for r in rows])
 
-    def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
+    def aggregate(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
         for a in accepted:
             self.states[a.row] = a.state
         return None
@@ -64,4 +72,4 @@ class LocalOnlyStrategy(ServerModels):
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = LocalOnlyStrategy
+METHOD = LocalOnlyMethod

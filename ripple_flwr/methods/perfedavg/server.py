@@ -15,7 +15,7 @@ from ripple_flwr.app.server.strategies.core.global_model import GlobalModel, sta
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 
 
-class PerFedAvgStrategy(GlobalModel):
+class PerFedAvgMethod(GlobalModel):
     """Per-FedAvg (FO): the example-weighted mean of the clients' meta-trained models."""
 
     state_fields = ()  # GlobalModel's
@@ -29,4 +29,4 @@ class PerFedAvgStrategy(GlobalModel):
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = PerFedAvgStrategy
+METHOD = PerFedAvgMethod

@@ -17,7 +17,7 @@ from ripple_flwr.methods.pfedme.spec import PFEDME_BETA
 from ripple_flwr.settings import RunSettings
 
 
-class PFedMeStrategy(GlobalModel):
+class PFedMeMethod(GlobalModel):
     """pFedMe: the server's beta-mix of the global model and the clients' local models."""
 
     state_fields = ()  # GlobalModel's
@@ -36,4 +36,4 @@ class PFedMeStrategy(GlobalModel):
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = PFedMeStrategy
+METHOD = PFedMeMethod

@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord
-from flwr.serverapp import Grid
 
 from ripple_flwr.aggregation.hdb import HDBResult, collapse_weights, refine_hdb
 from ripple_flwr.aggregation.mixing import (
@@ -24,13 +23,12 @@ from ripple_flwr.aggregation.robust import unsafe_stacked_steps
 from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
-from ripple_flwr.app.server.strategies.core.server_models import ServerModels
+from ripple_flwr.app.server.strategies.core.state.plain import field_values
 from ripple_flwr.methods.api import Export, Onboarding
 from ripple_flwr.methods.ripple.spec import RIPPLE_STRAT_ORDER
 from ripple_flwr.methods.spec import MethodInputs, MethodSpec
 from ripple_flwr.router.routers import Router
 from ripple_flwr.runs.results import hard_ari, routing_metrics
-from ripple_flwr.runs.resume import save_server_state
 from ripple_flwr.settings import RunSettings
 from ripple_flwr.wst.threads import worker_threads
 
@@ -42,7 +40,7 @@ def stack_models(state: dict[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
     return {key: np.repeat(np.asarray(v)[None], k, axis=0) for key, v in state.items()}
 
 
-class RippleStrategy(ServerModels):
+class RippleMethod:
     """Ripple-Strat / Ripple-Unif / Ripple-HDB over the cluster models (and the oracle reference).
 
     Client k receives ``theta_k = sum_c w_kc theta_c`` and returns its full
@@ -79,6 +77,7 @@ class RippleStrategy(ServerModels):
         "routing",
         "out_of_domain",
     )
+    run: Any = None  # the engine, set when it takes the method
 
     def __init__(
         self,
@@ -91,13 +90,13 @@ class RippleStrategy(ServerModels):
         eps: float = 1e-8,
     ) -> None:
         if router is None and weights is None:
-            raise ValueError("RippleStrategy needs a router or fixed weights (the oracle)")
+            raise ValueError("RippleMethod needs a router or fixed weights (the oracle)")
         routed = router is not None and weights is None  # the oracle's clients send nothing
-        super().__init__(
-            settings,
-            initial_state,
-            summary_kind=router.needs if routed else "none",
-            summary_dim=router.input_dim if routed else None,
+        self.settings = settings
+        # What each client sends in the one-shot query round (the engine's roster asks it).
+        self.query_summary = (
+            router.needs if routed else "none",
+            router.input_dim if routed else None,
         )
         self.k = settings.embedding.num_components
         self.router = router
@@ -194,28 +193,18 @@ class RippleStrategy(ServerModels):
             if ari is not None:
                 self.routing["hdb_ari"] = ari
 
-    def admit(self, grid: Grid, server_round: int) -> None:
-        """Late joiners join; if they released a DP embedding, the server state is saved now.
-
-        With checkpoints on, a crash before the next one would otherwise lose
-        the count of those releases, and the resumed run would ask the same
-        clients for a second one. The state saved is the one after the last
-        round plus the joiners (admission draws nothing from the sampler), so
-        a run resumed from it goes on as this one does.
-        """
-        asked = self.roster.releases.requests
-        super().admit(grid, server_round)
-        keep = self.checkpoint_path is not None and self.settings.outputs.checkpoint_every
-        if keep and self.roster.releases.requests != asked:
-            save_server_state(self.checkpoint_path, self.server_state(server_round - 1))
-            log.info("round %d: server state saved with the new DP releases", server_round)
-
-    def add_clients(self, joined: QueryResult) -> None:
+    def add_clients(self, joined: QueryResult, server_round: int) -> None:
         """Late joiners: routed (and collapsed) like everyone, in one batched pass."""
         w = self.route(joined)
         self.raw_weights = np.concatenate([self.raw_weights, w])
         self.weights = np.concatenate([self.weights, self.model_weights(w)])
-        super().add_clients(joined)
+
+    def state(self) -> dict[str, Any]:
+        return field_values(self)
+
+    def restore(self, fields: dict[str, Any]) -> None:
+        for name, value in fields.items():
+            setattr(self, name, value)
 
     def onboard_payloads(self, new: QueryResult) -> list[ArrayRecord]:
         """theta_new = sum_c w_new,c theta_c from one batched router pass (phase 4)."""
@@ -244,17 +233,17 @@ class RippleStrategy(ServerModels):
         """Each cluster model on its own (the best-by-loss reference)."""
         return states_to_records(unstack(self.stacked))
 
-    def sample_rows(self, server_round: int) -> np.ndarray:
-        """Stratified: every cluster with mass gets a representative; else uniform."""
+    def sample_rows(self, server_round: int) -> np.ndarray | None:
+        """Stratified: every cluster with mass gets a representative; else ``None`` (uniform)."""
         if self.settings.training.sampling != "stratified":
-            return super().sample_rows(server_round)
-        active = self.active_rows()
+            return None
+        active = self.run.active_rows()
         if not len(active):
             return active
         sample = stratified_sample(
             self.weights[active],
-            self.round_size(len(active)),
-            self.rng,
+            self.run.round_size(len(active)),
+            self.run.sampler.rng,
             server_round=server_round,
             order=RIPPLE_STRAT_ORDER.of(self.settings),
         )
@@ -280,7 +269,7 @@ class RippleStrategy(ServerModels):
         pos = self._sent_pos.get(int(row))
         return None if pos is None else {k: v[pos, ...] for k, v in self._sent.items()}
 
-    def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
+    def aggregate(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
         """Eq. 9 with delta_k = (returned weights - the theta_k the server sent)."""
         if not accepted:
             return None
@@ -310,7 +299,7 @@ class RippleStrategy(ServerModels):
                 )
                 return None
         self.stacked = updated
-        return None  # the cluster models live in the strategy; see final_arrays()
+        return None  # the cluster models live in the method; see finish()
 
     def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
         """Every client's personalised model theta_k."""
@@ -323,8 +312,8 @@ class RippleStrategy(ServerModels):
             mixed = mix_stacked(self.weights[rows], self.stacked, workers=workers)
         return states_to_records(unstack(mixed))
 
-    def final_arrays(self) -> ArrayRecord:
-        """The K cluster models, stacked on a leading axis, as one ArrayRecord."""
+    def finish(self, arrays: ArrayRecord) -> ArrayRecord:
+        """The run's result: the K cluster models, stacked on a leading axis, as one record."""
         return states_to_records([self.stacked])[0]
 
     def saved_models(self) -> dict[str, np.ndarray]:
@@ -337,12 +326,11 @@ class RippleStrategy(ServerModels):
             return {}
         extras: dict[str, Any] = {"weights": self.new_weights}
         if self.truth is not None:
-            pids = np.asarray(self.new_clients.partition_ids, dtype=np.int64)
+            pids = np.asarray(self.run.new_clients.partition_ids, dtype=np.int64)
             extras["routing"] = routing_metrics(self.new_weights, self.truth[pids])
         return extras
 
-    def run_record(self) -> dict[str, Any]:
-        rec = super().run_record()
+    def run_record(self, rec: dict[str, Any]) -> dict[str, Any]:
         rec["routing"] = {
             **self.routing,
             "weights": self.raw_weights,
@@ -358,24 +346,22 @@ class RippleStrategy(ServerModels):
         return rec
 
 
-def build_ripple(inp: MethodInputs) -> RippleStrategy:
+def build_ripple(inp: MethodInputs) -> RippleMethod:
     """Ripple as the registry builds it: routed by the run's router."""
-    return RippleStrategy(
-        inp.settings, inp.initial_state, router=inp.router, truth=inp.true_mixtures
-    )
+    return RippleMethod(inp.settings, inp.initial_state, router=inp.router, truth=inp.true_mixtures)
 
 
-def build_oracle(inp: MethodInputs) -> RippleStrategy:
+def build_oracle(inp: MethodInputs) -> RippleMethod:
     """The oracle: Ripple with w = pi*, the true mixtures."""
-    return RippleStrategy(
+    return RippleMethod(
         inp.settings, inp.initial_state, weights=inp.true_mixtures, truth=inp.true_mixtures
     )
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = RippleStrategy
+METHOD = RippleMethod
 
 
-def build(spec: MethodSpec, inputs: MethodInputs) -> RippleStrategy:
+def build(spec: MethodSpec, inputs: MethodInputs) -> RippleMethod:
     """Ripple's strategy for ``spec`` (``ripple``: the router's w; ``oracle``: w = pi*)."""
     return build_oracle(inputs) if spec.name == "oracle" else build_ripple(inputs)

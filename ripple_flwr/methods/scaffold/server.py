@@ -25,7 +25,7 @@ from ripple_flwr.settings import RunSettings
 CONTROL_SLACK = 1.001
 
 
-class ScaffoldStrategy(GlobalModel):
+class ScaffoldMethod(GlobalModel):
     """SCAFFOLD: server control c, client controls c_i (``scaffold`` client rule)."""
 
     state_fields = ("control",)  # the server's c, saved for a resumed run
@@ -64,7 +64,7 @@ class ScaffoldStrategy(GlobalModel):
 
     def update(self, accepted: list[Accepted]) -> dict[str, np.ndarray]:
         eta = self.settings.training.server_lr
-        total_clients = len(self.clients)
+        total_clients = len(self.run.clients)
         new = self.non_float_from(accepted)
         for k in self.float_keys:
             x = self.global_state[k].astype(np.float64)
@@ -74,8 +74,8 @@ class ScaffoldStrategy(GlobalModel):
             self.control[k] = c.astype(self.control[k].dtype)
         return new
 
-    def run_record(self) -> dict[str, Any]:
-        rec = super().run_record()
+    def run_record(self, rec: dict[str, Any]) -> dict[str, Any]:
+        rec = super().run_record(rec)
         rec["scaffold"] = {
             "control_norm": float(np.sqrt(sum(float((v**2).sum()) for v in self.control.values())))
         }
@@ -88,4 +88,4 @@ def stacked_mean_delta(accepted: list[Accepted], key: str, x: np.ndarray) -> np.
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
-METHOD = ScaffoldStrategy
+METHOD = ScaffoldMethod

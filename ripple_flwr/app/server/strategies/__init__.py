@@ -1,5 +1,2 @@
-"""The strategies of the app: one file per federated method, over :mod:`.core` (shared machinery).
-
-Which strategy a run uses is decided by :mod:`ripple_flwr.methods.registry` alone; this package
-imports nothing on its own, so importing one method's file never loads the others.
-"""
+"""The server's engine and shared machinery (:mod:`.core`); the methods are in
+``ripple_flwr/methods/<name>/``, chosen by :mod:`ripple_flwr.methods.registry` alone."""

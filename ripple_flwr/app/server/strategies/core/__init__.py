@@ -1,6 +1,7 @@
-"""The machinery every method's strategy shares: admission and the roster, reply validation,
-evaluation, accounting, the polling grid, the base classes (one round loop) and zero-shot
-onboarding in a run.
+"""The engine (the app's one Flower ``Strategy``) and its collaborators: admission and the
+roster, reply validation, evaluation, accounting, the polling grid, the round loop, resume
+and zero-shot onboarding; and the bases a method may build on (Flower's strategies, one
+global model, clustered models).
 
-Method files live one level up, one file per method; nothing here names a method.
+Methods live in ``ripple_flwr/methods/<name>/``; nothing here names a method.
 """

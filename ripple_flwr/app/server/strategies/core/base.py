@@ -1,42 +1,29 @@
-"""What every method of the app shares: admission, seeded sampling, evaluation, accounting,
-its declared state, and the one round loop.
+"""The engine: the app's one Flower ``Strategy``, which runs a method (:class:`Engine`).
 
-:class:`AppStrategy` is a Flower ``Strategy``. Its ``__init__`` is cooperative
-(``super().__init__(**kwargs)`` reaches the Flower class that follows it in a
-method's bases, as Flower's own classes chain), and so is :meth:`summary`.
-It owns no training rule:
-:class:`~ripple_flwr.app.server.strategies.core.server_models.ServerModels` (methods
-whose models live in the strategy: Ripple, local-only) and
-:class:`~ripple_flwr.app.server.strategies.core.flower.FlowerModel` (Flower's one-model
-strategies, run as Flower wrote them) add the two halves of a round.
-
-A method declares, in its own class body:
-
-- ``state_fields``: the attributes it keeps between rounds, saved and restored
-  on resume by one mechanism (numpy arrays, dicts, lists, scalars and Flower's
-  ``ArrayRecord``); the lists of all bases are joined;
-- ``check_settings``: its own rules on the settings (Krum: ``clients-per-round``).
-
-The run-config keys a method reads are declared in its registry entry
-(:mod:`ripple_flwr.methods.registry`), where the clients can read them without importing
-a strategy.
+It owns admission, the seeded sampler, reply acceptance and the defences, evaluation,
+the ledger, resume and the one round loop, each a collaborator object that owns its
+state (:class:`~.rounds.sampler.Sampler`, :class:`~.rounds.accounting.RoundBook`,
+:class:`~.replies.acceptance.Replies`, :class:`~.evaluation.rounds.Evaluator`, the
+:class:`~.roster.admission.ClientRoster`). A method does not inherit it: the engine holds
+the method and asks it, through a few hooks, only what the method decides (its payloads,
+its aggregate, its state). docs/adding-a-method.md shows a method end to end.
 """
 
 from __future__ import annotations
 
 import logging
-from abc import abstractmethod
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from ripple_flwr.app.protocol.candidates import Payload
-from ripple_flwr.app.protocol.messages import NUM_EXAMPLES, TRAIN_LOSS, train_config
+from ripple_flwr.app.protocol.candidates import Payload, payload_records
+from ripple_flwr.app.protocol.messages import NUM_EXAMPLES, TRAIN_LOSS, train_config, with_round
 from ripple_flwr.app.server.strategies.core.evaluation.rounds import Evaluator, metrics_of
 from ripple_flwr.app.server.strategies.core.replies.acceptance import Replies, bytes_of
 from ripple_flwr.app.server.strategies.core.replies.defences import UpdateHistory
@@ -51,11 +38,12 @@ from ripple_flwr.app.server.strategies.core.rounds.accounting import Ledger, Rou
 from ripple_flwr.app.server.strategies.core.rounds.grid import PollingGrid
 from ripple_flwr.app.server.strategies.core.rounds.loop import run_rounds
 from ripple_flwr.app.server.strategies.core.rounds.sampler import Sampler
+from ripple_flwr.app.server.strategies.core.state.plain import method_fields
 from ripple_flwr.app.server.strategies.core.state.server_state import (
     restore_server_state,
     server_state,
 )
-from ripple_flwr.methods.api import Export, Onboarding
+from ripple_flwr.methods.api import Export, Method, Onboarding
 from ripple_flwr.runs.resume import save_server_state
 from ripple_flwr.settings import RunSettings
 
@@ -72,36 +60,52 @@ def client_train_config(settings: RunSettings) -> ConfigRecord:
     )
 
 
-class AppStrategy(Strategy):
-    """A Flower strategy run over the app's clients.
+class Engine(Strategy):
+    """The one Flower ``Strategy`` of the app: it runs a method, it is not one.
 
-    Subclasses implement :meth:`eval_payloads`; they may override
-    :meth:`setup`, :meth:`sample_rows`, :meth:`add_clients`,
-    :meth:`onboard_payloads` and :meth:`reference_models`, and declare
-    ``state_fields`` and :meth:`check_settings`.
+    It owns the run: the roster, the seeded :class:`Sampler`, the :class:`RoundBook`,
+    the :class:`Replies` (validation and defences), the :class:`Evaluator`, resume and the
+    round loop. The method (``method``, an object of the method's folder, see
+    docs/adding-a-method.md) is asked only what it decides, through its hooks:
+
+    - ``train_payloads(rows, arrays)`` (one model, or candidates, per sampled row) and
+      optionally ``extra_train_records(rows)``; or, for Flower's own strategies,
+      ``configure_train(server_round, rows, arrays, config, grid)`` (the messages);
+    - ``aggregate(server_round, accepted)``: fold the validated replies in; the new global
+      arrays or ``None``;
+    - ``eval_payloads(arrays)`` and optionally ``eval_payloads_of(arrays, rows)``;
+    - optionally ``setup(clients)``, ``before_training(grid, timeout)``,
+      ``add_clients(joined, server_round)``, ``sample_rows(server_round)`` (``None``: uniform),
+      ``round_opened(server_round, grid)``, ``scored(server_round, per_client)``,
+      ``check_reply``, ``update_origin``, ``sent_state``, ``extra_reply_references``,
+      ``onboard(new)`` / ``onboard_payloads(new)``, ``reference_models()``,
+      ``zero_shot_extras()``, ``export()`` / ``saved_models()``, ``finish(arrays)``,
+      ``num_models``, ``run_record(rec)``, ``summary()``, ``query_summary``;
+    - its state: ``state_fields`` (joined over its classes), ``state()`` and
+      ``restore(fields)``.
+
+    The method reads the run through ``method.run`` (this engine): ``settings``,
+    ``clients``, ``new_clients``, ``num_rounds``, ``reference``, ``grid``, ``sampler`` and
+    ``book``.
     """
 
     round_offset: int = 0  # rounds already done before this process (a resumed run)
     checkpoint_path: Path | None = None  # where the server state goes every checkpoint-every
-    # Attributes that make up the method's server state between rounds (numpy arrays, dicts,
-    # lists, scalars, ArrayRecords), saved for resume; each class lists its own, the lists of
-    # all bases are joined.
+    # The engine's own saved fields (the sampler's failures, the update bound's history).
     state_fields: tuple[str, ...] = ("failures", "_accepted_norms", "_accepted_radials")
 
     def __init__(
         self,
         settings: RunSettings,
         reference: dict[str, np.ndarray],
+        method: Method,
         *,
-        summary_kind: str = "none",
-        summary_dim: int | None = None,
         roster: ClientRoster | None = None,
         ledger: Ledger | None = None,
         evaluator: Evaluator | None = None,
         validator: ReplyValidator | None = None,
-        **kwargs: Any,
     ) -> None:
-        """The app's side of a method's strategy.
+        """The engine around one method.
 
         Parameters
         ----------
@@ -110,23 +114,23 @@ class AppStrategy(Strategy):
         reference
             The initial model's state: every training reply is checked against its keys,
             shapes and dtypes.
-        summary_kind, summary_dim
-            What each client must send in the one-shot query round (``"none"``, or the
-            router's ``"embedding"`` / ``"mean"`` of that length).
+        method
+            The method (its folder's ``server.METHOD``, built by ``MethodSpec.make``).
         roster, ledger, evaluator, validator
             Who takes part, what each round cost, how the clients are evaluated and how
             their training replies are checked: built from ``settings`` and ``reference``
             when not given.
-        **kwargs
-            The arguments of the Flower class after this one in a method's bases, if any.
         """
-        super().__init__(**kwargs)  # the Flower class after this one in the MRO, if any
+        super().__init__()
         self.settings = settings
-        self.summary_kind, self.summary_dim = summary_kind, summary_dim
+        self.method = method
+        self.summary_kind, self.summary_dim = getattr(method, "query_summary", ("none", None))
         self.reference = state_reference(reference)
         self.num_rounds = settings.training.num_server_rounds
         self.roster = (
-            ClientRoster(settings, summary_kind, summary_dim) if roster is None else roster
+            ClientRoster(settings, self.summary_kind, self.summary_dim)
+            if roster is None
+            else roster
         )
         self.sampler = Sampler(settings)
         self.book = RoundBook(ledger)
@@ -139,33 +143,25 @@ class AppStrategy(Strategy):
             self,
         )
         self.evaluator = Evaluator(settings) if evaluator is None else evaluator
-        self.final_global: ArrayRecord | None = None
+        self.grid: Grid | None = None  # the grid of the last admission (a method's side rounds)
+        method.run = self
+
+    def _hook(self, name: str) -> Any:
+        """The method's hook ``name``, or None if it has none."""
+        return getattr(self.method, name, None)
 
     # -- what the method declares ---------------------------------------------------------
-    @classmethod
-    def _joined(cls, attr: str) -> list:
-        out: list = []
-        for klass in reversed(cls.__mro__):
-            for item in klass.__dict__.get(attr, ()):
-                if item not in out:
-                    out.append(item)
-        return out
-
-    @classmethod
-    def declared_state(cls) -> tuple[str, ...]:
-        """Every attribute saved for resume (its own and its bases')."""
-        return tuple(cls._joined("state_fields"))
+    def declared_state(self) -> tuple[str, ...]:
+        """Every field saved for resume: the engine's, then the method's."""
+        return tuple(self.state_fields) + tuple(method_fields(type(self.method)))
 
     def state_values(self) -> dict[str, Any]:
         """Each declared state field's value, by its saved name."""
-        engine = {
+        return {
             "failures": self.sampler.failures,
             "_accepted_norms": self.replies.update_history.norms,
             "_accepted_radials": self.replies.update_history.radials,
-        }
-        return {
-            name: engine[name] if name in engine else getattr(self, name)
-            for name in self.declared_state()
+            **self.method.state(),
         }
 
     def restore_state_values(self, fields: dict[str, Any]) -> None:
@@ -175,13 +171,7 @@ class AppStrategy(Strategy):
         self.replies.restore_history(UpdateHistory(norms, radials))
         if "failures" in fields:
             self.sampler.restore(fields.pop("failures"))
-        for name, value in fields.items():
-            setattr(self, name, value)
-
-    @classmethod
-    def check_settings(cls, settings: RunSettings) -> None:
-        """The method's own rules on the run's settings: raise ConfigError (none by default)."""
-        return None
+        self.method.restore(fields)
 
     # -- who takes part --------------------------------------------------------------------
     @property
@@ -200,38 +190,52 @@ class AppStrategy(Strategy):
         return self.book.ledger
 
     @property
-    def rng(self) -> np.random.Generator:
-        """The run's sampler generator (a method that samples its own way draws from it)."""
-        return self.sampler.rng
+    def num_models(self) -> int:
+        """How many models the server holds (and could hand a new client)."""
+        return int(getattr(self.method, "num_models", 1))
 
     def prepare(self, grid: Grid) -> QueryResult:
-        """Wait for the nodes and run the one-shot round; then :meth:`setup`."""
+        """Wait for the nodes and run the one-shot round; then the method's ``setup``."""
         clients = self.roster.prepare(grid)
-        self.ledger.query_seconds = self.roster.query_seconds
-        self.setup(clients)
+        self.book.ledger.query_seconds = self.roster.query_seconds
+        setup = self._hook("setup")
+        if setup is not None:
+            setup(clients)
         return clients
 
     def admit(self, grid: Grid, server_round: int) -> None:
         """Late joiners that connected since the last look join from this round on.
 
         A newcomer may take over the partition of a client that failed its last
-        round (a restarted SuperNode): that row counts no failures any more.
+        round (a restarted SuperNode): that row counts no failures any more. If the
+        joiners released a DP embedding, the server state is saved now (with
+        checkpoints on): a crash before the next checkpoint would otherwise lose the
+        count of those releases, and the resumed run would ask the same clients for a
+        second one. The state saved is the one after the last round plus the joiners
+        (admission draws nothing from the sampler), so a run resumed from it goes on as
+        this one does.
         """
+        self.grid = grid
+        asked = self.roster.releases.requests
         failing = self.sampler.failing_rows(len(self.clients))
         replaceable = [self.clients.partition_ids[r] for r in failing]
         joined = self.roster.admit_late_joiners(grid, server_round, replaceable)
         self.sampler.forget(self.roster.taken_over)
         if joined is not None:
-            self.add_clients(joined)
+            self.clients.extend(joined)
+            add = self._hook("add_clients")
+            if add is not None:
+                add(joined, server_round)
+        keep = self.checkpoint_path is not None and self.settings.outputs.checkpoint_every
+        if keep and self.roster.releases.requests != asked:
+            save_server_state(self.checkpoint_path, self.server_state(server_round - 1))
+            log.info("round %d: server state saved with the new DP releases", server_round)
 
-    # -- hooks -----------------------------------------------------------------------------
-    def setup(self, clients: QueryResult) -> None:
-        """Called once after the query round, before round 1 (nothing to do by default)."""
-        return None
-
-    def before_training(self, grid: Grid, timeout: float) -> None:
-        """Called once after the query round, before round 1; not on resume (nothing by default)."""
-        return None
+    def sample_rows(self, server_round: int) -> np.ndarray:
+        """This round's rows: the method's own draw, else uniform over the active rows."""
+        own = self._hook("sample_rows")
+        rows = None if own is None else own(server_round)
+        return self.sampler.uniform(len(self.clients)) if rows is None else rows
 
     def active_rows(self) -> np.ndarray:
         """Rows that may be sampled: not failed ``max-failures`` training rounds in a row."""
@@ -241,76 +245,65 @@ class AppStrategy(Strategy):
         """Clients per round, fewer when fewer are usable (a smaller round, not a failure)."""
         return self.sampler.round_size(available)
 
-    def sample_rows(self, server_round: int) -> np.ndarray:
-        """Rows (clients) trained this round: uniform without replacement over active rows."""
-        return self.sampler.uniform(len(self.clients))
-
-    # -- what the method answers about its replies (ReplyHooks) -----------------------------
-    # Extra ArrayRecords every training reply must carry, by record name (SCAFFOLD: its
-    # control delta); validated like the model, a reply without them is dropped.
-    extra_reply_references: dict[str, Reference] = {}  # noqa: RUF012 (read-only default)
+    # -- what the method answers about its replies (ReplyHooks, for Replies) -----------------
+    @property
+    def extra_reply_references(self) -> dict[str, Reference]:
+        """Extra ArrayRecords every training reply must carry (SCAFFOLD: its control delta)."""
+        return getattr(self.method, "extra_reply_references", {})
 
     def sent_state(self, row: int) -> dict[str, np.ndarray] | None:
-        """The model sent to ``row`` this round, if the strategy keeps it (else it is decoded).
-
-        A strategy that sends each client its own model (Ripple) keeps them as
-        arrays already; returning views of those saves one decode per reply.
-        """
-        return None
+        """The model sent to ``row`` this round, if the method keeps it (else it is decoded)."""
+        own = self._hook("sent_state")
+        return None if own is None else own(row)
 
     def update_origin(self, a: Accepted, sent: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The model a reply's update is measured from: what was sent (IFCA: the chosen one)."""
-        return sent
+        own = self._hook("update_origin")
+        return sent if own is None else own(a, sent)
 
     def check_reply(self, a: Accepted) -> str | None:
-        """A method's own check of a valid reply: the reason to drop it, or ``None``."""
-        return None
+        """The method's own check of a valid reply: the reason to drop it, or ``None``."""
+        own = self._hook("check_reply")
+        return None if own is None else own(a)
 
-    def add_clients(self, joined: QueryResult) -> None:
-        """Training clients that connected after the one-shot round join the roster."""
-        self.clients.extend(joined)
-
-    @abstractmethod
-    def eval_payloads(self, arrays: ArrayRecord) -> list[Payload]:
-        """The model (or candidate models) each client is evaluated with, in client order."""
-
+    # -- what the run reads of the method ----------------------------------------------------
     def eval_payloads_of(self, arrays: ArrayRecord, rows: np.ndarray) -> list[Payload]:
-        """The payloads of the clients at ``rows`` only (an ``eval-fraction`` sample).
+        """The payloads of the clients at ``rows`` (an ``eval-fraction`` sample, or all).
 
-        By default :meth:`eval_payloads` of every client, then picked: a method
-        that builds one model per client should build only these.
+        The method's ``eval_payloads_of`` if it builds only these, else its
+        ``eval_payloads`` of every client, then picked.
         """
-        payloads = self.eval_payloads(arrays)
+        own = self._hook("eval_payloads_of")
+        if own is not None:
+            return own(arrays, rows)
+        payloads = self.method.eval_payloads(arrays)
         return [payloads[r] for r in rows.tolist()]
 
-    def onboard_payloads(self, new: QueryResult) -> list[Payload] | None:
-        """The zero-shot model (or candidates) of each new client (``None``: none)."""
-        return None
-
     def onboard(self, new: QueryResult) -> Onboarding:
-        """The new clients' zero-shot models (:meth:`onboard_payloads`), as the run reads them."""
-        return Onboarding(self.onboard_payloads(new))
+        """The new clients' zero-shot models, as the run reads them."""
+        own = self._hook("onboard")
+        if own is not None:
+            return own(new)
+        payloads = self._hook("onboard_payloads")
+        return Onboarding(None if payloads is None else payloads(new))
 
     def export(self) -> Export:
-        """What a saved run keeps for onboarding outside it (:meth:`saved_models`)."""
-        return Export(self.saved_models())
+        """What a saved run keeps for onboarding outside it."""
+        own = self._hook("export")
+        if own is not None:
+            return own()
+        models = self._hook("saved_models")
+        return Export(None if models is None else models())
 
     def reference_models(self) -> list[ArrayRecord]:
         """Every model the server holds, for the best-by-loss reference (none by default)."""
-        return []
+        own = self._hook("reference_models")
+        return [] if own is None else own()
 
     def zero_shot_extras(self) -> dict[str, Any]:
         """Method-specific additions to the zero-shot record (Ripple: routing of new clients)."""
-        return {}
-
-    @property
-    def num_models(self) -> int:
-        """How many models the server holds (and could hand a new client)."""
-        return 1
-
-    def saved_models(self) -> dict[str, np.ndarray] | None:
-        """The models a saved run exports for onboarding, stacked on a leading axis."""
-        return None
+        own = self._hook("zero_shot_extras")
+        return {} if own is None else own()
 
     # -- the run ---------------------------------------------------------------------------
     def start(
@@ -323,7 +316,7 @@ class AppStrategy(Strategy):
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn=None,
     ) -> Result:
-        """The one-shot round, :meth:`before_training`, then the round loop (quick polling).
+        """The one-shot round, the method's ``before_training``, then the round loop.
 
         ``timeout`` (per round) defaults to the run's ``round-timeout``;
         ``train_config`` to the run's client optimiser settings. A resumed run
@@ -338,9 +331,10 @@ class AppStrategy(Strategy):
             train_config = client_train_config(self.settings)
         if self.clients is None:
             self.prepare(grid)
-        if self.round_offset == 0:  # a resumed run did this before it was interrupted
-            self.before_training(grid, timeout)
-        log.info("Starting %s strategy:", type(self).__name__)
+        before = self._hook("before_training")
+        if self.round_offset == 0 and before is not None:  # a resumed run did this already
+            before(grid, timeout)
+        log.info("Starting %s strategy:", type(self.method).__name__)
         self.summary()
         result = run_rounds(
             self,
@@ -356,17 +350,13 @@ class AppStrategy(Strategy):
         # No aggregate at all (every reply refused): the model is still the one it started with.
         if not len(result.arrays):
             result.arrays = initial_arrays
-        self.final_global = result.arrays
-        own = self.final_arrays()
+        finish = self._hook("finish")
+        own = None if finish is None else finish(result.arrays)
         if own is not None:
             result.arrays = own
         return result
 
-    def final_arrays(self) -> ArrayRecord | None:
-        """The models the strategy holds itself, as the run's result (``None``: Flower's)."""
-        return None
-
-    # -- the two halves of a round, shared by both families ---------------------------------
+    # -- a training round --------------------------------------------------------------------
     def begin_round(self, server_round: int, grid: Grid) -> np.ndarray:
         """Admit late joiners and draw this round's rows with the run's seeded sampler."""
         self.admit(grid, server_round)
@@ -374,13 +364,48 @@ class AppStrategy(Strategy):
         self.book.open(server_round)  # the round's server time starts here
         rows = np.asarray(self.sample_rows(server_round), dtype=np.int64)
         self.book.sampled([self.clients.partition_ids[int(r)] for r in rows])
+        opened = self._hook("round_opened")
+        if opened is not None:
+            opened(server_round, grid)
         return rows
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """One message per sampled client, each carrying the model that client receives."""
+        rows = self.begin_round(server_round, grid)
+        flower = self._hook("configure_train")
+        if flower is not None:  # one of Flower's strategies builds its own messages
+            return self.record_sent(rows, flower(server_round, rows, arrays, config, grid))
+        config = with_round(config, server_round)
+        extra = self._hook("extra_train_records")
+        extras = [{} for _ in rows] if extra is None else extra(rows)
+        messages = [
+            Message(
+                RecordDict({**payload_records(payload), "config": config, **more}),
+                dst_node_id=self.clients.node_ids[int(row)],
+                message_type=MessageType.TRAIN,
+            )
+            for row, payload, more in zip(
+                rows, self.method.train_payloads(rows, arrays), extras, strict=True
+            )
+        ]
+        return self.record_sent(rows, messages)
 
     def record_sent(self, rows: np.ndarray, messages: list[Message]) -> list[Message]:
         """Remember which message went to which row, count the bytes; messages in row order."""
         messages = self.replies.record_sent(rows, messages)
         self.book.sent(bytes_of(messages), len(messages))
         return messages
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Validate, drop the bad replies, let the method fold the good ones in."""
+        t0 = time.perf_counter()
+        accepted = self.accept_replies(server_round, replies)
+        arrays = self.method.aggregate(server_round, accepted) if accepted else None
+        return arrays, self.end_round(accepted, time.perf_counter() - t0)
 
     def accept_replies(self, server_round: int, replies: Iterable[Message]) -> list[Accepted]:
         """The round's usable replies in row order (:meth:`Replies.accept`); the dropped
@@ -424,15 +449,13 @@ class AppStrategy(Strategy):
         rec = self.evaluator.score(server_round, replies, self.clients, self.num_rounds)
         if rec is None:
             return None
-        self.scored(server_round, rec.clients)
+        scored = self._hook("scored")
+        if scored is not None:
+            scored(server_round, rec.clients)
         self.book.add_evaluation(rec)
         row_of = {p: r for r, p in enumerate(self.clients.partition_ids)}
         self.sampler.readmit(server_round, rec.clients, row_of)
         return metrics_of(rec)
-
-    def scored(self, server_round: int, per_client: list) -> None:
-        """Read an evaluation's scores (IFCA: which model each client chose); nothing by default."""
-        return None
 
     # -- resume ----------------------------------------------------------------------------
     def server_state(self, server_round: int) -> dict[str, Any]:
@@ -456,11 +479,11 @@ class AppStrategy(Strategy):
             log.info("round %d: server state saved to %s", server_round, self.checkpoint_path)
 
     def summary(self) -> None:
-        """The app's line, then the Flower class's own settings (cooperative)."""
+        """The app's line, then the method's own (Flower's settings for its strategies)."""
         s = self.settings
         log.info(
             "\t├──> %s: %d clients/round of %d, %d rounds, eval every %d (fraction %g), seed %d",
-            type(self).__name__,
+            type(self.method).__name__,
             s.training.clients_per_round,
             s.data.num_partitions,
             self.num_rounds,
@@ -468,13 +491,17 @@ class AppStrategy(Strategy):
             s.evaluation.eval_fraction,
             s.training.seed,
         )
-        super().summary()
+        own = self._hook("summary")
+        if own is not None:
+            own()
 
     # -- results ---------------------------------------------------------------------------
     def run_record(self) -> dict[str, Any]:
-        """What the results file needs from the strategy."""
-        return {
+        """What the results file needs from the run, and what the method adds to it."""
+        rec = {
             "clients": self.roster.record(),
             **self.ledger.to_dict(),
             "late_joiners": self.roster.joined,
         }
+        own = self._hook("run_record")
+        return rec if own is None else own(rec)

@@ -21,18 +21,18 @@ from ripple_flwr.aggregation.robust import unsafe_step
 from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
-from ripple_flwr.app.server.strategies.core.server_models import ServerModels
+from ripple_flwr.app.server.strategies.core.state.plain import field_values
 from ripple_flwr.runs.results import hard_ari
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
 
 
-class ClusterModels(ServerModels):
+class ClusterModels:
     """Hard-assignment clustered FL: ``models`` (one per cluster) and ``assignment`` (per row).
 
     Subclasses set the initial models and assignments, and implement
-    :meth:`train_payloads` and :meth:`apply_updates` (usually through
+    :meth:`train_payloads` and :meth:`aggregate` (usually through
     :meth:`average_into_clusters`).
     """
 
@@ -40,6 +40,7 @@ class ClusterModels(ServerModels):
     # Whether the method keeps one flattened vector per client (FeSEM: the client's last
     # model; CFL: its last update) in ``latest``; IFCA keeps none.
     keeps_latest: bool = False
+    run: Any = None  # the engine, set when it takes the method
 
     def __init__(
         self,
@@ -52,7 +53,7 @@ class ClusterModels(ServerModels):
             raise ValueError(
                 f"{type(self).__name__} needs K >= {min_models} cluster models, got {len(models)}"
             )
-        super().__init__(settings, models[0])
+        self.settings = settings
         self.models = list(models)
         self.keys = float_keys(models[0])  # what distances, means and updates are taken over
         self.assignment = np.zeros(0, dtype=np.int64)  # row -> cluster, set in setup()
@@ -78,8 +79,8 @@ class ClusterModels(ServerModels):
         self.latest = np.zeros((len(clients), p), dtype=np.float32)
         self.has_latest = np.zeros(len(clients), dtype=bool)
 
-    def add_clients(self, joined: QueryResult) -> None:
-        super().add_clients(joined)
+    def add_clients(self, joined: QueryResult, server_round: int) -> None:
+        """Late joiners (already in the roster) start in their initial cluster."""
         self.assignment = np.concatenate([self.assignment, self.initial_assignment(len(joined))])
         pad = np.zeros((len(joined), self.latest.shape[1]), dtype=np.float32)
         self.latest = np.concatenate([self.latest, pad])
@@ -142,9 +143,14 @@ class ClusterModels(ServerModels):
         self.set_models(new)
         return kept
 
-    def restore_server_state(self, state: dict[str, Any]) -> None:
-        """The base's restore (each field of its kind), then what ties the fields together."""
-        super().restore_server_state(state)
+    def state(self) -> dict[str, Any]:
+        """The saved fields (ClusterModels', then the method's own), by name."""
+        return field_values(self)
+
+    def restore(self, fields: dict[str, Any]) -> None:
+        """Put back checked fields (each of its kind), then check what ties them together."""
+        for name, value in fields.items():
+            setattr(self, name, value)
         self.assignment = np.asarray(self.assignment, dtype=np.int64)
         self._records = None
         rows, k = len(self.assignment), len(self.models)
@@ -181,15 +187,15 @@ class ClusterModels(ServerModels):
     def saved_models(self) -> dict[str, np.ndarray]:
         return {k: np.stack([np.asarray(m[k]) for m in self.models]) for k in self.models[0]}
 
-    def final_arrays(self) -> ArrayRecord:
-        """The cluster models stacked on a leading axis, as one ArrayRecord."""
+    def finish(self, arrays: ArrayRecord) -> ArrayRecord:
+        """The run's result: the cluster models stacked on a leading axis, as one ArrayRecord."""
         return states_to_records([self.saved_models()])[0]
 
     # -- results -----------------------------------------------------------------------------
     def assignment_record(self) -> dict[str, Any]:
         """The final assignment by partition and its ARI against the dominant class."""
         labels = self.current_assignment()
-        pids = np.asarray(self.clients.partition_ids, dtype=np.int64)
+        pids = np.asarray(self.run.clients.partition_ids, dtype=np.int64)
         rec: dict[str, Any] = {
             "labels": labels.tolist(),
             "partition_ids": pids.tolist(),
@@ -202,5 +208,5 @@ class ClusterModels(ServerModels):
             rec["ari_all"], _ = hard_ari(self.truth[pids], labels, hard=0.0)
         return rec
 
-    def run_record(self) -> dict[str, Any]:
-        return {**super().run_record(), "assignment": self.assignment_record()}
+    def run_record(self, rec: dict[str, Any]) -> dict[str, Any]:
+        return {**rec, "assignment": self.assignment_record()}

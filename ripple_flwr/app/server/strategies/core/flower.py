@@ -1,9 +1,9 @@
 """Flower's one-model strategies (FedAvg, FedProx, FedAdam, ...) as the app's methods.
 
-:class:`FlowerModel` goes before a Flower strategy class and leaves its
+:class:`FlowerMethod` holds a Flower strategy object and leaves its
 ``configure_train`` / ``aggregate_train`` to run as Flower wrote them
-(``super()``; whatever state the class keeps, such as FedOpt's
-``current_arrays`` and moments, stays its own). Around them it adds only what
+(whatever state the object keeps, such as FedOpt's ``current_arrays`` and
+moments, stays its own). Around them it adds only what
 the app must: its seeded sampler (Flower samples from the grid it is handed,
 so it is handed a view showing the sampled nodes), byte accounting, reply
 validation before Flower sees a reply, the model's own dtypes on the result,
@@ -13,19 +13,18 @@ personalised evaluation of every client, and the global model for new clients.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
 
 from ripple_flwr.aggregation.robust import unsafe_step
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
-from ripple_flwr.app.server.strategies.core.base import AppStrategy
 from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
 from ripple_flwr.app.server.strategies.core.rounds.grid import SampledGrid
+from ripple_flwr.app.server.strategies.core.state.plain import method_fields
 from ripple_flwr.methods.options import FEDOPT_BETA1, FEDOPT_BETA2, FEDOPT_ETA, FEDOPT_TAU
 from ripple_flwr.settings import RunSettings
 
@@ -50,51 +49,78 @@ def flower_kwargs(settings: RunSettings) -> dict:
     }
 
 
-class FlowerModel(AppStrategy):
-    """The app around one of Flower's one-model strategies (list it first among the bases).
+class FlowerMethod:
+    """One of Flower's one-model strategies, held as Flower wrote it (composition).
 
-    ``__init__`` passes :func:`flower_kwargs` and the method's own arguments
-    on to the Flower class through the cooperative chain
-    (``FlowerModel`` -> ``AppStrategy`` -> the Flower class).
+    A method folder subclasses it once, naming ``flower_class`` (Flower's class) and, in
+    ``state_fields``, the attributes of Flower's object saved for resume (FedOpt's
+    ``current_arrays``, ``m_t``, ``v_t``). Flower's ``configure_train`` and
+    ``aggregate_train`` run unchanged; around them this adds only what the app must: the
+    run's seeded sample (Flower samples from the grid it is handed, so it is handed a view
+    showing the sampled nodes), the model's own dtypes on the result, the refusal of an
+    insane step, personalised evaluation of every client, and the global model for new
+    clients.
     """
 
+    flower_class: type = Strategy
+    state_fields: tuple[str, ...] = ("latest_global",)
+    run: Any = None  # the engine, set when it takes the method
+
     def __init__(
-        self, settings: RunSettings, initial_state: dict[str, np.ndarray], **method_kwargs: Any
+        self, settings: RunSettings, initial_state: dict[str, np.ndarray], **flower_args: Any
     ) -> None:
-        super().__init__(settings, initial_state, **flower_kwargs(settings), **method_kwargs)
+        self.settings = settings
+        self.flower = self.flower_class(**flower_kwargs(settings), **flower_args)
+        self.latest_global: dict[str, np.ndarray] | None = None  # the loop's current model
+        self.final_global: ArrayRecord | None = None  # the run's last global model
 
-    state_fields = ("latest_global",)
-    latest_global: dict[str, np.ndarray] | None = None  # the loop's current model
+    # -- state -------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """The saved fields: the current global model, then Flower's own attributes."""
+        return {
+            "latest_global": self.latest_global,
+            **{name: getattr(self.flower, name) for name in self.flower_fields()},
+        }
 
+    def restore(self, fields: dict[str, Any]) -> None:
+        """Put back checked fields: ours on this object, Flower's on Flower's."""
+        fields = dict(fields)
+        self.latest_global = fields.pop("latest_global", self.latest_global)
+        for name, value in fields.items():
+            setattr(self.flower, name, value)
+
+    @classmethod
+    def flower_fields(cls) -> list[str]:
+        """The saved attributes of Flower's object (every field but ``latest_global``)."""
+        return [n for n in method_fields(cls) if n != "latest_global"]
+
+    # -- a round -----------------------------------------------------------------------------
     def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
+        self,
+        server_round: int,
+        rows: np.ndarray,
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        grid: Grid,
+    ) -> list[Message]:
         """Flower's ``configure_train`` over the nodes the run's seeded sampler chose."""
-        rows = self.begin_round(server_round, grid)  # the round's server time starts here
         self.latest_global = record_to_state(arrays)
         if not len(rows):
             return []
-        view = SampledGrid(grid, [self.clients.node_ids[int(r)] for r in rows])
+        view = SampledGrid(grid, [self.run.clients.node_ids[int(r)] for r in rows])
         # Flower writes into the config it is given (server-round, proximal-mu): a copy.
         config = ConfigRecord(dict(config))
-        messages = list(super().configure_train(server_round, arrays, config, view))
-        return self.record_sent(rows, messages)
+        return list(self.flower.configure_train(server_round, arrays, config, view))
 
-    def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate(self, server_round: int, accepted: list) -> ArrayRecord | None:
         """Flower's ``aggregate_train`` over the replies that passed validation."""
-        t0 = time.perf_counter()
-        accepted = self.accept_replies(server_round, replies)
-        arrays = None
-        if accepted:
-            arrays, _ = super().aggregate_train(server_round, [a.message for a in accepted])
-            if arrays is not None:
-                arrays = self.as_model_dtypes(arrays)
-                arrays = self.refuse_unsafe(server_round, arrays)
-                if arrays is not None:
-                    self.latest_global = record_to_state(arrays)
-        return arrays, self.end_round(accepted, time.perf_counter() - t0)
+        arrays, _ = self.flower.aggregate_train(server_round, [a.message for a in accepted])
+        if arrays is None:
+            return None
+        arrays = self.refuse_unsafe(server_round, self.as_model_dtypes(arrays))
+        if arrays is not None:
+            self.latest_global = record_to_state(arrays)
+        return arrays
 
     def refuse_unsafe(self, server_round: int, arrays: ArrayRecord) -> ArrayRecord | None:
         """``None`` (the global model stays as it was) if the aggregate is not a sane step."""
@@ -114,15 +140,24 @@ class FlowerModel(AppStrategy):
         float32 array); sent as is, every client would get twice FedAvg's bytes.
         """
         state = record_to_state(arrays)
-        if all(state[k].dtype == dtype for k, (_, dtype) in self.reference.items()):
+        reference = self.run.reference
+        if all(state[k].dtype == dtype for k, (_, dtype) in reference.items()):
             return arrays
         return state_to_record(
-            {k: state[k].astype(dtype, copy=False) for k, (_, dtype) in self.reference.items()}
+            {k: state[k].astype(dtype, copy=False) for k, (_, dtype) in reference.items()}
         )
+
+    def finish(self, arrays: ArrayRecord) -> None:
+        """The run's last global model (new clients and a saved run get it)."""
+        self.final_global = arrays
+
+    def summary(self) -> None:
+        """Flower's own settings line."""
+        self.flower.summary()
 
     def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
         """Every client evaluates the current global model."""
-        return [arrays] * len(self.clients)
+        return [arrays] * len(self.run.clients)
 
     def onboard_payloads(self, new: QueryResult) -> list[ArrayRecord] | None:
         """New clients get the final global model: a one-model method's zero-shot answer."""

@@ -2,10 +2,10 @@
 
 None of these four is in Flower. Their server keeps state of its own between
 rounds (SCAFFOLD's c, FedDyn's h) and their clients keep state in Flower's
-``context.state`` (c_i, g_k, the personal model), so they are written as
-:class:`~ripple_flwr.app.server.strategies.core.base.ServerModels` like Ripple: the strategy
-holds the global model, builds each round's messages and folds the
-validated replies in with its own rule (:meth:`GlobalModel.update`).
+``context.state`` (c_i, g_k, the personal model), so, like Ripple, the method
+holds the global model, gives each round's payloads and folds the validated
+replies in with its own rule (:meth:`GlobalModel.update`); the engine
+(:class:`~ripple_flwr.app.server.strategies.core.base.Engine`) runs the round.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ripple_flwr.app.protocol.messages import RULE, rule_record
 from ripple_flwr.app.protocol.records import state_to_record
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
-from ripple_flwr.app.server.strategies.core.server_models import ServerModels
+from ripple_flwr.app.server.strategies.core.state.plain import field_values, method_fields
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
@@ -43,7 +43,7 @@ def stacked_mean(
     return np.tensordot(weights / weights.sum(), stack, axes=1)
 
 
-class GlobalModel(ServerModels):
+class GlobalModel:
     """A global model in the strategy; every sampled client receives it, every client is
     evaluated with it (its client rule may personalise it first), new clients get it.
 
@@ -55,12 +55,22 @@ class GlobalModel(ServerModels):
     """
 
     state_fields = ("global_state", "trained_count", "state_lost")
+    run: Any = None  # the engine, set when it takes the method
 
     def __init__(self, settings: RunSettings, initial_state: dict[str, np.ndarray]) -> None:
-        super().__init__(settings, initial_state)
+        self.settings = settings
         self.global_state = {k: np.array(v) for k, v in initial_state.items()}
         self.trained_count: dict[int, int] = {}  # row -> training replies received
         self.state_lost: list[dict[str, int]] = []
+
+    def state(self) -> dict[str, Any]:
+        """The saved fields (GlobalModel's, then the method's own), by name."""
+        return field_values(self)
+
+    def restore(self, fields: dict[str, Any]) -> None:
+        """Put back checked fields (:func:`~.state.restore.restored_fields`)."""
+        for name, value in fields.items():
+            setattr(self, name, value)
 
     @property
     def float_keys(self) -> list[str]:
@@ -80,7 +90,7 @@ class GlobalModel(ServerModels):
     def extra_train_records(self, rows: np.ndarray) -> list[dict[str, ArrayRecord | ConfigRecord]]:
         return [{RULE: rule_record(self.trained_count.get(int(row), 0) > 0)} for row in rows]
 
-    def apply_updates(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
+    def aggregate(self, server_round: int, accepted: list[Accepted]) -> ArrayRecord | None:
         """Fold the replies in with :meth:`update`, unless the new model is not a sane step.
 
         A refused aggregate (non-finite, or a norm above 10 x the old one) leaves
@@ -105,10 +115,10 @@ class GlobalModel(ServerModels):
                 "round %d: refused the aggregate of partitions %s (%s); the global model and "
                 "the server state stay",
                 server_round,
-                sorted(self.clients.partition_ids[a.row] for a in accepted),
+                sorted(self.run.clients.partition_ids[a.row] for a in accepted),
                 reason,
             )
-            self.book.refuse(reason)
+            self.run.book.refuse(reason)
             return None
         for a in accepted:
             self.trained_count[a.row] = self.trained_count.get(a.row, 0) + 1
@@ -118,8 +128,8 @@ class GlobalModel(ServerModels):
     @classmethod
     def method_state(cls) -> list[str]:
         """The state fields the method adds to GlobalModel's (what :meth:`update` may change)."""
-        base = set(GlobalModel.declared_state())
-        return [name for name in cls.declared_state() if name not in base]
+        base = set(GlobalModel.state_fields)
+        return [name for name in method_fields(cls) if name not in base]
 
     def check_client_state(self, server_round: int, accepted: list[Accepted]) -> None:
         """Record clients whose state has seen fewer trainings than they were sent.
@@ -137,7 +147,7 @@ class GlobalModel(ServerModels):
             before = self.trained_count.get(a.row, 0)
             seen = int(a.metrics["state-trained"])
             if seen < before:
-                pid = self.clients.partition_ids[a.row]
+                pid = self.run.clients.partition_ids[a.row]
                 log.warning(
                     "round %d: partition %d's state has seen %d of its %d trainings: it lost "
                     "its state and started again from zero",
@@ -150,8 +160,7 @@ class GlobalModel(ServerModels):
                     {"round": server_round, "partition": pid, "seen": seen, "used": before}
                 )
 
-    def run_record(self) -> dict[str, Any]:
-        rec = super().run_record()
+    def run_record(self, rec: dict[str, Any]) -> dict[str, Any]:
         rec["client_state"] = {"lost": self.state_lost}
         return rec
 
@@ -166,7 +175,7 @@ class GlobalModel(ServerModels):
     # -- evaluation, onboarding, saved runs --------------------------------------------------
     def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
         """Every client gets the global model (its rule may personalise it)."""
-        return [self.global_record()] * len(self.clients)
+        return [self.global_record()] * len(self.run.clients)
 
     def onboard_payloads(self, new: QueryResult) -> list[ArrayRecord] | None:
         return [self.global_record()] * len(new)

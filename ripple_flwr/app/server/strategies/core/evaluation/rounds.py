@@ -1,6 +1,6 @@
 """A round's personalised evaluation, sent and scored: :class:`Evaluator`.
 
-A collaborator of :class:`~ripple_flwr.app.server.strategies.core.base.AppStrategy`,
+A collaborator of :class:`~ripple_flwr.app.server.strategies.core.base.Engine`,
 passed in through its constructor. On eval rounds every sampled client gets the
 model(s) the method would give it; the replies are scored in one place
 (:func:`~ripple_flwr.app.server.strategies.core.replies.validation.collect_evaluations`).

@@ -11,7 +11,7 @@ round's ``dropped`` list, and the client's failure count is not touched (it answ
 Adding a defence is one :func:`register_defence` call (docs/adding-a-defence.md). The
 aggregate itself has one more guard after every defence: a one-model strategy refuses an
 aggregation step out of proportion with the round's honest steps
-(``FlowerModel.refuse_unsafe``).
+(``FlowerMethod.refuse_unsafe``).
 """
 
 from __future__ import annotations

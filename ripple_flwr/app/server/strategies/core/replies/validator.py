@@ -1,7 +1,7 @@
 """The reply validator: a round's training replies converted and checked in one place.
 
 :class:`ReplyValidator` is a collaborator of
-:class:`~ripple_flwr.app.server.strategies.core.base.AppStrategy` (passed in through its
+:class:`~ripple_flwr.app.server.strategies.core.base.Engine` (passed in through its
 constructor). It matches each reply to the message it answers, checks the model against
 the initial one's keys, shapes and dtypes (and a method's extra records), converts every
 field (:mod:`.validation`), and holds ``num-examples`` to the client's training split size

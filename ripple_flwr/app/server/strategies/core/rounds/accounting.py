@@ -145,13 +145,13 @@ class RoundBook:
 
     def sent(self, bytes_down: int, messages: int) -> None:
         """The round's training messages are built: their bytes and the server time so far."""
-        self._open.bytes_down = bytes_down
+        self._open.bytes_down += bytes_down
         self._open.server_seconds = time.perf_counter() - self._start
         self._messages = messages
 
     def received(self, bytes_up: int) -> None:
         """The round's replies came back (every one, used or not)."""
-        self._open.bytes_up = bytes_up
+        self._open.bytes_up += bytes_up
 
     def add_bytes(self, down: int, up: int) -> None:
         """Bytes of a side exchange (FLUX's descriptor round) charged to this round."""

@@ -57,3 +57,18 @@ def from_plain(value: Any) -> Any:
     if isinstance(value, list):
         return [from_plain(v) for v in value]
     return value
+
+
+def method_fields(cls: type) -> list[str]:
+    """A method's saved fields: the ``state_fields`` of its class and its bases, base first."""
+    out: list[str] = []
+    for klass in reversed(cls.__mro__):
+        for name in klass.__dict__.get("state_fields", ()):
+            if name not in out:
+                out.append(name)
+    return out
+
+
+def field_values(obj: Any) -> dict[str, Any]:
+    """``obj``'s saved fields (:func:`method_fields`) by name: what its ``state()`` returns."""
+    return {name: getattr(obj, name) for name in method_fields(type(obj))}

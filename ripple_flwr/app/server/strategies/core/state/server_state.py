@@ -8,16 +8,13 @@ only the declared fields, each checked (:func:`~.restore.restored_fields`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ripple_flwr.app.server.strategies.core.state.plain import to_plain
 from ripple_flwr.app.server.strategies.core.state.restore import restored_fields
 
-if TYPE_CHECKING:
-    from ripple_flwr.app.server.strategies.core.base import AppStrategy
 
-
-def server_state(strategy: AppStrategy, server_round: int) -> dict[str, Any]:
+def server_state(strategy: Any, server_round: int) -> dict[str, Any]:
     """Everything the server needs to continue after ``server_round``."""
     return {
         "round": server_round,
@@ -30,7 +27,7 @@ def server_state(strategy: AppStrategy, server_round: int) -> dict[str, Any]:
     }
 
 
-def restore_server_state(strategy: AppStrategy, state: dict[str, Any]) -> None:
+def restore_server_state(strategy: Any, state: dict[str, Any]) -> None:
     """Continue from :func:`server_state` (after this process's own query round).
 
     The saved clients keep their rows (partition order); their node ids come from
