@@ -32,16 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 from runs import write_json_line  # noqa: E402
 
-import ripple_flwr.app.server.strategies.core.replies.acceptance as accepting  # noqa: E402
+import ripple_flwr.app.server.strategies.core.replies.defences as accepting  # noqa: E402
 from ripple_flwr.aggregation.robust import state_norm  # noqa: E402
 from ripple_flwr.app.run_config import parse_run_config  # noqa: E402
-from ripple_flwr.app.server.run import (  # noqa: E402
-    build_strategy,
-    initial_state,
-    resolve_checkpoint,
-    run_server,
-)
+from ripple_flwr.app.server.run import run_server  # noqa: E402
 from ripple_flwr.app.server.run_data import RunData  # noqa: E402
+from ripple_flwr.app.server.setup import build_strategy, initial_state, resolve_checkpoint  # noqa: E402
 from ripple_flwr.data.cache import cached_federation  # noqa: E402
 from ripple_flwr.testing.inprocess import InProcessGrid  # noqa: E402
 

@@ -66,7 +66,7 @@ def test_invalid_config_is_refused(override, message):
 
 
 def test_checkpoint_settings_mismatch_is_a_config_error(tiny_checkpoint, tmp_path):
-    from ripple_flwr.app.server.run import resolve_checkpoint
+    from ripple_flwr.app.server.setup import resolve_checkpoint
 
     # The tiny checkpoint has K=4; a run with K=5 must be refused before any round.
     settings = RunSettings.of(

@@ -130,7 +130,7 @@ def test_an_out_of_range_embedding_cannot_pick_a_cluster(tiny_checkpoint, cache_
 def test_huge_updates_never_reach_ripples_cluster_models(cache_dir):
     from ripple_flwr.app.protocol.records import state_to_record
     from ripple_flwr.app.run_config import parse_run_config
-    from ripple_flwr.app.server.run import build_strategy, initial_state
+    from ripple_flwr.app.server.setup import build_strategy, initial_state
     from ripple_flwr.data.cache import cached_federation
 
     stacked = {}
@@ -323,7 +323,7 @@ def test_when_every_client_is_left_out_rounds_send_nothing_and_the_run_ends(cach
 @pytest.mark.parametrize("method", ["ifca", "fesem", "cfl"])
 def test_huge_updates_never_reach_the_clustered_baselines_models(method, cache_dir):
     from ripple_flwr.app.protocol.records import state_to_record
-    from ripple_flwr.app.server.run import build_strategy, initial_state
+    from ripple_flwr.app.server.setup import build_strategy, initial_state
     from ripple_flwr.data.cache import cached_federation
 
     cfg = tiny_run_config(

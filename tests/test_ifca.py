@@ -84,7 +84,7 @@ def _blown_up(st: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def test_a_collapsed_first_draw_is_drawn_again_with_the_real_clients(cache_dir):
-    from ripple_flwr.app.server.run import initial_state
+    from ripple_flwr.app.server.setup import initial_state
     from ripple_flwr.data.cache import cached_federation
 
     over = {"num-components": 2, "num-server-rounds": 1, "ifca-init-balance": 0.3}

@@ -119,7 +119,7 @@ def machine(root, tmp_path, monkeypatch):
 
 
 def checkpoint_error(path) -> str:
-    from ripple_flwr.app.server.run import resolve_checkpoint
+    from ripple_flwr.app.server.setup import resolve_checkpoint
 
     with pytest.raises(ConfigError) as err:
         resolve_checkpoint(settings(checkpoint=str(path)), (1, 28, 28))

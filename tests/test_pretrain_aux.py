@@ -8,7 +8,7 @@ import json
 import torch
 from silos import CLASSES, DigitPool, write_silo
 
-from ripple_flwr.app.server.run import checkpoint_cache_path, resolve_checkpoint
+from ripple_flwr.app.server.setup import checkpoint_cache_path, resolve_checkpoint
 from ripple_flwr.cli import pretrain as pretrain_vae
 from ripple_flwr.data.base import classes_hash
 from ripple_flwr.router.pretrain import pretrain_settings_for

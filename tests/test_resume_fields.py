@@ -13,8 +13,9 @@ from conftest import FakeGrid, tiny_run_config
 from test_resume import METHOD_CONFIG
 
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.server.run import build_strategy, initial_state, resolve_checkpoint, run_server
+from ripple_flwr.app.server.run import run_server
 from ripple_flwr.app.server.run_data import resolve_run_data
+from ripple_flwr.app.server.setup import build_strategy, initial_state, resolve_checkpoint
 from ripple_flwr.app.server.strategies.core.state.plain import to_plain
 from ripple_flwr.app.server.strategies.core.state.restore import restored_fields
 from ripple_flwr.methods.registry import METHODS, get_method

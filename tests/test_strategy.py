@@ -13,7 +13,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRec
 from ripple_flwr.aggregation.mixing import mix_models
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.server.run import build_strategy, initial_state, run_server
+from ripple_flwr.app.server.run import run_server
+from ripple_flwr.app.server.setup import build_strategy, initial_state
 from ripple_flwr.app.server.strategies.core.base import Engine, client_train_config
 from ripple_flwr.app.server.strategies.core.roster.admission import (
     NotEnoughClientsError,

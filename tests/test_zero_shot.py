@@ -257,7 +257,7 @@ def test_ripple_run_with_hdb_and_new_clients_end_to_end(tiny_checkpoint, cache_d
 
 def test_rotated_domains_are_found_before_round_one(tmp_path):
     """Rotation as the GMM-VAE's label: argmax w recovers the 4 rotations (ARI = 1)."""
-    from ripple_flwr.app.server.run import resolve_checkpoint
+    from ripple_flwr.app.server.setup import resolve_checkpoint
     from ripple_flwr.data.cache import cached_federation
     from ripple_flwr.runs.results import routing_metrics
     from ripple_flwr.wst.embedder import PrototypeSettings, SpectralEmbedder

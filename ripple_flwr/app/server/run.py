@@ -25,11 +25,10 @@ from ripple_flwr.app.run_config import (
 )
 from ripple_flwr.app.server.folders import log_folders
 from ripple_flwr.app.server.results import results_record
-from ripple_flwr.app.server.resume_check import AUTO_FIX, RESUME_MAY_CHANGE, load_resume_state
+from ripple_flwr.app.server.resume_check import load_resume_state
 from ripple_flwr.app.server.run_data import RunData, resolve_run_data
 from ripple_flwr.app.server.setup import (
     build_strategy,
-    checkpoint_cache_path,
     initial_state,
     pretrained_report,
     resolve_checkpoint,
@@ -484,28 +483,3 @@ def _results(
             "total": time.perf_counter() - t_start,
         },
     )
-
-
-__all__ = [  # setting up and resuming live beside this module; these names stay importable here
-    "AUTO_FIX",
-    "CONFIG_STAGE",
-    "DATA_STAGE",
-    "RESUME_MAY_CHANGE",
-    "RunFailed",
-    "build_strategy",
-    "checkpoint_cache_path",
-    "expected_failure",
-    "initial_state",
-    "load_resume_state",
-    "one_line",
-    "prepare_run",
-    "pretrained_report",
-    "quiet_reported_failures",
-    "reported_failure",
-    "resolve_checkpoint",
-    "resume_strategy",
-    "run_server",
-    "save_for_onboarding",
-    "settle_partitions",
-    "ship_embedding_dp",
-]
