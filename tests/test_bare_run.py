@@ -10,7 +10,7 @@ import pytest
 from conftest import FakeGrid, tiny_run_config
 
 from ripple_flwr.app.server.run import run_server
-from ripple_flwr.app.server.strategies.core.roster.admission import (
+from ripple_flwr.app.server.strategies.core.roster.node_wait import (
     NotEnoughClientsError,
     wait_for_settled_nodes,
 )

@@ -13,7 +13,7 @@ import pytest
 from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.server.setup import make_engine
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
-from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
+from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
 from ripple_flwr.methods.cfl.server import first_split_round
 from ripple_flwr.methods.registry import MethodInputs, get_method
 

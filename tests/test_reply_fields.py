@@ -188,7 +188,7 @@ def test_a_server_side_partition_map_refuses_the_impostor_and_keeps_the_honest_n
 def test_an_embedding_whose_header_promises_terabytes_is_refused_before_decoding():
     from flwr.app import Array, ArrayRecord, RecordDict
 
-    from ripple_flwr.app.server.strategies.core.roster.admission import validate_summary
+    from ripple_flwr.app.server.strategies.core.roster.query import validate_summary
 
     honest = Array(np.zeros(1953, dtype=np.float32))
     lying = Array(dtype=honest.dtype, shape=(2**40,), stype=honest.stype, data=honest.data)

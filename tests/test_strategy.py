@@ -16,7 +16,7 @@ from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.server.run import run_server
 from ripple_flwr.app.server.setup import build_strategy, initial_state
 from ripple_flwr.app.server.strategies.core.base import Engine, client_train_config
-from ripple_flwr.app.server.strategies.core.roster.admission import (
+from ripple_flwr.app.server.strategies.core.roster.node_wait import (
     NotEnoughClientsError,
     wait_for_nodes,
 )
@@ -175,7 +175,7 @@ def test_stratified_sampling_covers_every_cluster():
 
 
 def _fake_clients(n):
-    from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
+    from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
 
     return QueryResult(list(range(n)), list(range(n)), [10] * n, None)
 

@@ -35,9 +35,11 @@ from ripple_flwr.app.server.setup import (
     save_for_onboarding,
 )
 from ripple_flwr.app.server.strategies.core.evaluation.zero_shot import onboard_new_clients
-from ripple_flwr.app.server.strategies.core.roster.admission import wait_for_settled_nodes
 from ripple_flwr.app.server.strategies.core.roster.claims import load_partition_map
-from ripple_flwr.app.server.strategies.core.roster.node_wait import NotEnoughClientsError
+from ripple_flwr.app.server.strategies.core.roster.node_wait import (
+    NotEnoughClientsError,
+    wait_for_settled_nodes,
+)
 from ripple_flwr.data.images import ImageFormatError
 from ripple_flwr.data.local import LocalDataError
 from ripple_flwr.methods.registry import get_method

@@ -14,7 +14,7 @@ from flwr.app import ArrayRecord
 
 from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
-from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
+from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
 from ripple_flwr.app.server.strategies.core.state.plain import field_values
 from ripple_flwr.settings import RunSettings
 

@@ -22,7 +22,7 @@ from ripple_flwr.aggregation.mixing import (
 from ripple_flwr.aggregation.robust import unsafe_stacked_steps
 from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
-from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
+from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
 from ripple_flwr.app.server.strategies.core.state.plain import field_values
 from ripple_flwr.methods.api import Export, Onboarding
 from ripple_flwr.methods.ripple.spec import RIPPLE_STRAT_ORDER

@@ -33,7 +33,8 @@ from ripple_flwr.app.server.strategies.core.replies.validation import (
     state_reference,
 )
 from ripple_flwr.app.server.strategies.core.replies.validator import ReplyValidator
-from ripple_flwr.app.server.strategies.core.roster.admission import ClientRoster, QueryResult
+from ripple_flwr.app.server.strategies.core.roster.admission import ClientRoster
+from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
 from ripple_flwr.app.server.strategies.core.rounds.accounting import Ledger, RoundBook
 from ripple_flwr.app.server.strategies.core.rounds.grid import PollingGrid
 from ripple_flwr.app.server.strategies.core.rounds.loop import run_rounds

@@ -22,7 +22,7 @@ from ripple_flwr.aggregation.robust import unsafe_step
 from ripple_flwr.app.protocol.messages import RULE, rule_record
 from ripple_flwr.app.protocol.records import state_to_record
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
-from ripple_flwr.app.server.strategies.core.roster.admission import QueryResult
+from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
 from ripple_flwr.app.server.strategies.core.state.plain import field_values, method_fields
 from ripple_flwr.settings import RunSettings
 

@@ -25,7 +25,8 @@ from ripple_flwr.app.server.strategies.core.replies.defences import (
 )
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted, Reference
 from ripple_flwr.app.server.strategies.core.replies.validator import ReplyValidator
-from ripple_flwr.app.server.strategies.core.roster.admission import ClientRoster, QueryResult
+from ripple_flwr.app.server.strategies.core.roster.admission import ClientRoster
+from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
 from ripple_flwr.app.server.strategies.core.rounds.accounting import Dropped
 from ripple_flwr.runs.results import message_nbytes
 from ripple_flwr.settings import RunSettings

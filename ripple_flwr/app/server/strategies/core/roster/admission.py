@@ -24,29 +24,15 @@ from ripple_flwr.app.server.strategies.core.roster.node_wait import (
     MIN_CLIENTS,
     NotEnoughClientsError,
     wait_for_nodes,
-    wait_for_settled_nodes,
 )
 from ripple_flwr.app.server.strategies.core.roster.own_data import LocalData
 from ripple_flwr.app.server.strategies.core.roster.query import (
-    QUERY_TYPE,
     QueryResult,
     query_round,
     split_new,
-    validate_summary,
 )
 from ripple_flwr.app.server.strategies.core.roster.resumed import by_name, saved_result
 from ripple_flwr.settings import RunSettings
-
-__all__ = [
-    "QUERY_TYPE",
-    "ClientRoster",
-    "NotEnoughClientsError",
-    "QueryResult",
-    "query_round",
-    "validate_summary",
-    "wait_for_nodes",
-    "wait_for_settled_nodes",
-]
 
 log = logging.getLogger("flwr.ripple")
 
