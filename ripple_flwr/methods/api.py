@@ -13,6 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 
+def declared_fields(cls: type) -> tuple[str, ...]:
+    """A method class's saved fields: the ``state_fields`` of it and its bases, base first."""
+    out: list[str] = []
+    for klass in reversed(cls.__mro__):
+        out += [n for n in klass.__dict__.get("state_fields", ()) if n not in out]
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Export:
     """What a finished run saves for onboarding outside it (``onboard.py``).

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
+from ripple_flwr.methods.api import declared_fields
 from ripple_flwr.settings import Option, RunSettings
 
 if TYPE_CHECKING:  # the registry stays light: routers are the server's
@@ -172,10 +173,7 @@ class MethodSpec:
     @property
     def state(self) -> tuple[str, ...]:
         """What the method keeps between rounds and a checkpoint saves (imports the server side)."""
-        out: list[str] = []
-        for klass in reversed(self.method_class.__mro__):
-            out += [n for n in klass.__dict__.get("state_fields", ()) if n not in out]
-        return tuple(out)
+        return declared_fields(self.method_class)
 
     def check_settings(self, settings: RunSettings) -> None:
         """The method's own rules on the run's settings (its class's ``check_settings``)."""

@@ -202,15 +202,10 @@ class CFLMethod(ClusterModels):
         return rec
 
 
-def build_cfl(inp: MethodInputs) -> CFLMethod:
-    """One model, with the true mixtures for the final clusters' ARI."""
-    return CFLMethod(inp.settings, inp.initial_state, truth=inp.true_mixtures)
-
-
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
 METHOD = CFLMethod
 
 
 def build(spec: MethodSpec, inputs: MethodInputs) -> CFLMethod:
-    """The strategy of one run (:func:`build_cfl`)."""
-    return build_cfl(inputs)
+    """One model, with the true mixtures for the final clusters' ARI."""
+    return CFLMethod(inputs.settings, inputs.initial_state, truth=inputs.true_mixtures)

@@ -204,18 +204,13 @@ class FeSEMMethod(ClusterModels):
             )
 
 
-def build_fesem(inp: MethodInputs) -> FeSEMMethod:
-    """K centres, all copies of the one initial model (the authors' ``center_init``)."""
-    k = inp.settings.embedding.num_components
-    return FeSEMMethod(
-        inp.settings, [dict(inp.initial_state) for _ in range(k)], truth=inp.true_mixtures
-    )
-
-
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
 METHOD = FeSEMMethod
 
 
 def build(spec: MethodSpec, inputs: MethodInputs) -> FeSEMMethod:
-    """The strategy of one run (:func:`build_fesem`)."""
-    return build_fesem(inputs)
+    """K centres, all copies of the one initial model (the authors' ``center_init``)."""
+    k = inputs.settings.embedding.num_components
+    return FeSEMMethod(
+        inputs.settings, [dict(inputs.initial_state) for _ in range(k)], truth=inputs.true_mixtures
+    )

@@ -341,15 +341,10 @@ class FLUXMethod(ClusterModels):
         return rec
 
 
-def build_flux(inp: MethodInputs) -> FLUXMethod:
-    """One model, with the true mixtures for the final clusters' ARI."""
-    return FLUXMethod(inp.settings, inp.initial_state, truth=inp.true_mixtures)
-
-
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
 METHOD = FLUXMethod
 
 
 def build(spec: MethodSpec, inputs: MethodInputs) -> FLUXMethod:
-    """The strategy of one run (:func:`build_flux`)."""
-    return build_flux(inputs)
+    """One model, with the true mixtures for the final clusters' ARI."""
+    return FLUXMethod(inputs.settings, inputs.initial_state, truth=inputs.true_mixtures)

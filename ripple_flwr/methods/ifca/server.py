@@ -196,18 +196,13 @@ class IFCAMethod(ClusterModels):
         return rec
 
 
-def build_ifca(inp: MethodInputs) -> IFCAMethod:
-    """K distinct seeded initial models (and the re-draws of ``ifca-init-balance``)."""
-    k = inp.settings.embedding.num_components
-    return IFCAMethod(
-        inp.settings, inp.initial_states(k), truth=inp.true_mixtures, draw=inp.draws(k)
-    )
-
-
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).
 METHOD = IFCAMethod
 
 
 def build(spec: MethodSpec, inputs: MethodInputs) -> IFCAMethod:
-    """The strategy of one run (:func:`build_ifca`)."""
-    return build_ifca(inputs)
+    """K distinct seeded initial models (and the re-draws of ``ifca-init-balance``)."""
+    k = inputs.settings.embedding.num_components
+    return IFCAMethod(
+        inputs.settings, inputs.initial_states(k), truth=inputs.true_mixtures, draw=inputs.draws(k)
+    )

@@ -15,7 +15,7 @@ from flwr.app import ArrayRecord
 from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
-from ripple_flwr.app.server.strategies.core.state.plain import field_values
+from ripple_flwr.app.server.strategies.core.state.plain import field_values, set_fields
 from ripple_flwr.settings import RunSettings
 
 
@@ -45,7 +45,7 @@ class LocalOnlyMethod:
         return field_values(self)
 
     def restore(self, fields: dict[str, Any]) -> None:
-        self.states = fields.get("states", self.states)
+        set_fields(self, fields)
 
     def add_clients(self, joined: QueryResult, server_round: int) -> None:
         self.states += [self.initial_state] * len(joined)

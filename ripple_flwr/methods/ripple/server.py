@@ -23,7 +23,7 @@ from ripple_flwr.aggregation.robust import unsafe_stacked_steps
 from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
-from ripple_flwr.app.server.strategies.core.state.plain import field_values
+from ripple_flwr.app.server.strategies.core.state.plain import field_values, set_fields
 from ripple_flwr.methods.api import Export, Onboarding
 from ripple_flwr.methods.ripple.spec import RIPPLE_STRAT_ORDER
 from ripple_flwr.methods.spec import MethodInputs, MethodSpec
@@ -203,8 +203,7 @@ class RippleMethod:
         return field_values(self)
 
     def restore(self, fields: dict[str, Any]) -> None:
-        for name, value in fields.items():
-            setattr(self, name, value)
+        set_fields(self, fields)
 
     def onboard_payloads(self, new: QueryResult) -> list[ArrayRecord]:
         """theta_new = sum_c w_new,c theta_c from one batched router pass (phase 4)."""

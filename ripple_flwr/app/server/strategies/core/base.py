@@ -39,12 +39,11 @@ from ripple_flwr.app.server.strategies.core.rounds.accounting import Ledger, Rou
 from ripple_flwr.app.server.strategies.core.rounds.grid import PollingGrid
 from ripple_flwr.app.server.strategies.core.rounds.loop import run_rounds
 from ripple_flwr.app.server.strategies.core.rounds.sampler import Sampler
-from ripple_flwr.app.server.strategies.core.state.plain import method_fields
 from ripple_flwr.app.server.strategies.core.state.server_state import (
     restore_server_state,
     server_state,
 )
-from ripple_flwr.methods.api import Export, Method, Onboarding
+from ripple_flwr.methods.api import Export, Method, Onboarding, declared_fields
 from ripple_flwr.runs.resume import save_server_state
 from ripple_flwr.settings import RunSettings
 
@@ -154,7 +153,7 @@ class Engine(Strategy):
     # -- what the method declares ---------------------------------------------------------
     def declared_state(self) -> tuple[str, ...]:
         """Every field saved for resume: the engine's, then the method's."""
-        return tuple(self.state_fields) + tuple(method_fields(type(self.method)))
+        return tuple(self.state_fields) + declared_fields(type(self.method))
 
     def state_values(self) -> dict[str, Any]:
         """Each declared state field's value, by its saved name."""

@@ -21,7 +21,7 @@ from ripple_flwr.aggregation.robust import unsafe_step
 from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
-from ripple_flwr.app.server.strategies.core.state.plain import field_values
+from ripple_flwr.app.server.strategies.core.state.plain import field_values, set_fields
 from ripple_flwr.runs.results import hard_ari
 from ripple_flwr.settings import RunSettings
 
@@ -149,8 +149,7 @@ class ClusterModels:
 
     def restore(self, fields: dict[str, Any]) -> None:
         """Put back checked fields (each of its kind), then check what ties them together."""
-        for name, value in fields.items():
-            setattr(self, name, value)
+        set_fields(self, fields)
         self.assignment = np.asarray(self.assignment, dtype=np.int64)
         self._records = None
         rows, k = len(self.assignment), len(self.models)

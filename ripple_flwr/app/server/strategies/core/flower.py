@@ -24,7 +24,7 @@ from ripple_flwr.aggregation.robust import unsafe_step
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
 from ripple_flwr.app.server.strategies.core.rounds.grid import SampledGrid
-from ripple_flwr.app.server.strategies.core.state.plain import method_fields
+from ripple_flwr.methods.api import declared_fields
 from ripple_flwr.methods.options import FEDOPT_BETA1, FEDOPT_BETA2, FEDOPT_ETA, FEDOPT_TAU
 from ripple_flwr.settings import RunSettings
 
@@ -92,7 +92,7 @@ class FlowerMethod:
     @classmethod
     def flower_fields(cls) -> list[str]:
         """The saved attributes of Flower's object (every field but ``latest_global``)."""
-        return [n for n in method_fields(cls) if n != "latest_global"]
+        return [n for n in declared_fields(cls) if n != "latest_global"]
 
     # -- a round -----------------------------------------------------------------------------
     def configure_train(

@@ -23,7 +23,8 @@ from ripple_flwr.app.protocol.messages import RULE, rule_record
 from ripple_flwr.app.protocol.records import state_to_record
 from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
-from ripple_flwr.app.server.strategies.core.state.plain import field_values, method_fields
+from ripple_flwr.app.server.strategies.core.state.plain import field_values, set_fields
+from ripple_flwr.methods.api import declared_fields
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
@@ -69,8 +70,7 @@ class GlobalModel:
 
     def restore(self, fields: dict[str, Any]) -> None:
         """Put back checked fields (:func:`~.state.restore.restored_fields`)."""
-        for name, value in fields.items():
-            setattr(self, name, value)
+        set_fields(self, fields)
 
     @property
     def float_keys(self) -> list[str]:
@@ -129,7 +129,7 @@ class GlobalModel:
     def method_state(cls) -> list[str]:
         """The state fields the method adds to GlobalModel's (what :meth:`update` may change)."""
         base = set(GlobalModel.state_fields)
-        return [name for name in method_fields(cls) if name not in base]
+        return [name for name in declared_fields(cls) if name not in base]
 
     def check_client_state(self, server_round: int, accepted: list[Accepted]) -> None:
         """Record clients whose state has seen fewer trainings than they were sent.

@@ -15,6 +15,7 @@ import numpy as np
 from flwr.app import ArrayRecord
 
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
+from ripple_flwr.methods.api import declared_fields
 
 _RECORD_TAG = "__arrayrecord__"
 _GENERATOR_TAG = "__generator__"
@@ -59,16 +60,13 @@ def from_plain(value: Any) -> Any:
     return value
 
 
-def method_fields(cls: type) -> list[str]:
-    """A method's saved fields: the ``state_fields`` of its class and its bases, base first."""
-    out: list[str] = []
-    for klass in reversed(cls.__mro__):
-        for name in klass.__dict__.get("state_fields", ()):
-            if name not in out:
-                out.append(name)
-    return out
-
-
 def field_values(obj: Any) -> dict[str, Any]:
-    """``obj``'s saved fields (:func:`method_fields`) by name: what its ``state()`` returns."""
-    return {name: getattr(obj, name) for name in method_fields(type(obj))}
+    """``obj``'s saved fields (its class's declared ``state_fields``) by name: what a
+    method's ``state()`` returns."""
+    return {name: getattr(obj, name) for name in declared_fields(type(obj))}
+
+
+def set_fields(obj: Any, fields: dict[str, Any]) -> None:
+    """Put checked saved fields back on ``obj`` (called by the method itself, in ``restore``)."""
+    for name, value in fields.items():
+        setattr(obj, name, value)
