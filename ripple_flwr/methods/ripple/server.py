@@ -7,6 +7,7 @@ Learning with Wavelet Scattering Transform" (spec sections 1, 4 and 5).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,8 @@ from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
 from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
 from ripple_flwr.app.server.strategies.core.state.plain import field_values, set_fields
 from ripple_flwr.methods.api import Export, Onboarding
-from ripple_flwr.methods.ripple.spec import RIPPLE_STRAT_ORDER
+from ripple_flwr.methods.ripple.optimizer import ClusterOptimizer
+from ripple_flwr.methods.ripple.spec import CLUSTER_OPTIMIZER, RIPPLE_STRAT_ORDER
 from ripple_flwr.methods.spec import MethodInputs, MethodSpec
 from ripple_flwr.router.routers import Router
 from ripple_flwr.runs.results import hard_ari, routing_metrics
@@ -76,6 +78,7 @@ class RippleMethod:
         "component_map",
         "routing",
         "out_of_domain",
+        "cluster_steps",
     )
     run: Any = None  # the engine, set when it takes the method
 
@@ -112,6 +115,9 @@ class RippleMethod:
         self.new_weights: np.ndarray | None = None  # (new clients, K), after zero-shot onboarding
         self.routing: dict[str, Any] = {}
         self.out_of_domain: list[dict[str, Any]] = []  # clients routed 1/K, and why
+        # cluster-optimizer: Flower's server optimiser per cluster model (None: eq. 9 as is).
+        self.optimizer: ClusterOptimizer | None = None
+        self.optimizer_seconds = 0.0  # the server time its steps took, for the record
 
     # -- one-shot assignment ------------------------------------------------------------------
     @property
@@ -170,6 +176,27 @@ class RippleMethod:
         self.weights = self.model_weights(w)
         mass = self.weights.sum(axis=0)
         log.info("cluster mass: %s", np.array2string(mass, precision=2))
+        self.optimizer = self.make_optimizer()
+
+    def make_optimizer(self) -> ClusterOptimizer | None:
+        """``cluster-optimizer``'s Flower optimisers, one per trained cluster model."""
+        name = CLUSTER_OPTIMIZER.of(self.settings)
+        return None if name == "none" else ClusterOptimizer(name, self.num_models, self.settings)
+
+    @property
+    def cluster_steps(self) -> list[dict[str, Any]]:
+        """The saved state of ``cluster-optimizer`` (each cluster's Flower attributes)."""
+        return [] if self.optimizer is None else self.optimizer.state()
+
+    @cluster_steps.setter
+    def cluster_steps(self, saved: list[dict[str, Any]]) -> None:
+        if self.optimizer is None and saved:
+            raise ValueError(
+                "the saved run stepped its clusters with a cluster-optimizer, this run does "
+                "not (cluster-optimizer = none); resume with the saved run's setting"
+            )
+        if self.optimizer is not None:
+            self.optimizer.restore(saved)
 
     def refine(self, w: np.ndarray, pids: np.ndarray) -> None:
         """Ripple-HDB: HDBSCAN over sqrt-JS distances of w; K_hat models from the map."""
@@ -283,10 +310,15 @@ class RippleMethod:
                 d = np.stack([a.state[k] for a in accepted])
                 deltas[k] = np.subtract(d, sent if in_order else sent[pos], out=d)
         wrows = self.weights[[a.row for a in accepted]]
+        # With a cluster optimiser eq. 9 gives theta_c + u_c (eta_s = 1), and Flower's class
+        # takes the step from there; without one, eq. 9 is the step.
+        lr = 1.0 if self.optimizer is not None else self.settings.training.server_lr
         with worker_threads() as workers:
-            updated = apply_stacked_deltas(
-                self.stacked, deltas, wrows, self.settings.training.server_lr, self.eps, workers
-            )
+            updated = apply_stacked_deltas(self.stacked, deltas, wrows, lr, self.eps, workers)
+        if self.optimizer is not None:
+            t0 = time.perf_counter()
+            updated = self.optimizer.step(server_round, self.stacked, updated, wrows.sum(axis=0))
+            self.optimizer_seconds += time.perf_counter() - t0
         for c, reason in enumerate(unsafe_stacked_steps(self.stacked, updated)):
             if reason is not None:
                 log.error(
@@ -336,6 +368,11 @@ class RippleMethod:
             "source": "oracle (pi*)" if self.fixed_weights is not None else self.router.name,
             "out_of_domain": self.out_of_domain,
         }
+        if self.optimizer is not None:
+            rec["cluster_optimizer"] = {
+                "name": self.optimizer.name,
+                "server_seconds": self.optimizer_seconds,
+            }
         if self.hdb is not None:
             rec["hdb"] = {
                 **self.hdb.to_dict(),

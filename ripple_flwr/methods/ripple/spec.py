@@ -5,6 +5,8 @@ Its server side is in ``server.py``; its clients train with plain SGD.
 
 from __future__ import annotations
 
+from ripple_flwr.methods import options as o
+from ripple_flwr.methods.fedavgm.spec import FEDAVGM_MOMENTUM
 from ripple_flwr.methods.spec import MethodSpec
 from ripple_flwr.settings import Option
 
@@ -19,6 +21,25 @@ RIPPLE_STRAT_ORDER = Option(
     choices=("rotation", "mass"),
 )
 
+CLUSTER_OPTIMIZER = Option(
+    "cluster-optimizer",
+    str,
+    "none",
+    "Ripple: the server step of each cluster model: none (eq. 9, the paper's rule) or Flower's "
+    "fedyogi / fedadam / fedavgm, one per cluster, on the cluster's w-weighted mean update "
+    "(fedopt-eta, fedopt-beta1/2, fedopt-tau; fedavgm: server-lr, fedavgm-momentum)",
+    choices=("none", "fedyogi", "fedadam", "fedavgm"),
+)
+# What cluster-optimizer reads besides itself (the same keys as the global rows').
+OPTIMIZER_OPTIONS = (
+    CLUSTER_OPTIMIZER,
+    o.FEDOPT_ETA,
+    o.FEDOPT_BETA1,
+    o.FEDOPT_BETA2,
+    o.FEDOPT_TAU,
+    FEDAVGM_MOMENTUM,
+)
+
 SPECS = (
     MethodSpec(
         "ripple",
@@ -29,7 +50,7 @@ SPECS = (
         needs_router=True,
         routing_weights=True,
         family="ripple",
-        options=(RIPPLE_STRAT_ORDER,),
+        options=(RIPPLE_STRAT_ORDER, *OPTIMIZER_OPTIONS),
         benchmarks=("table2", "map"),
     ),
     MethodSpec(
@@ -41,7 +62,7 @@ SPECS = (
         routing_weights=True,
         needs_truth=True,
         family="ripple",
-        options=(RIPPLE_STRAT_ORDER,),
+        options=(RIPPLE_STRAT_ORDER, *OPTIMIZER_OPTIONS),
         benchmarks=("map",),
     ),
 )
