@@ -70,6 +70,15 @@ CELLS: dict[str, dict[str, Any]] = {
         "label-kind": "joint",
         "num-components": 40,
     },
+    # Concept shift, rotation's twin: the same protocol, but the four groups share their
+    # images and differ in their labels (each its own fixed permutation of the classes), so
+    # nothing computed from the images alone tells them apart; K = 4.
+    "concept-shift": {
+        "dataset": "permuted-fashion-mnist",
+        "alpha": 0.1,
+        "label-kind": "domain",
+        "num-components": 4,
+    },
 }
 BASE = {
     "dataset": "fashion-mnist",
@@ -87,7 +96,18 @@ BASE = {
 # Every method whose registry entry lists "map"; Ripple's own choices as four rows: router
 # (the GMM-VAE each run pre-trains; mean unmixing, training-free) x sampler.
 ROWS: dict[str, dict[str, Any]] = map_rows()
-RIPPLE = ("ripple-strat", "ripple-unif", "ripple-strat-mu", "ripple-unif-mu")  # Ripple's rows
+# Ripple's rows: the paper's method (router x sampler) and with a server optimiser per cluster.
+RIPPLE = (
+    "ripple-strat",
+    "ripple-unif",
+    "ripple-strat-mu",
+    "ripple-unif-mu",
+    "ripple-strat-yogi",
+    "ripple-unif-yogi",
+)
+# Rows added after the map over federations first ran (issue 48): each is also compared, paired,
+# with the best Ripple variant and the best other row, neither counting itself.
+ADDITIONS = ("pacfl", "ripple-strat-yogi", "ripple-unif-yogi")
 NOT_COMPARED = ("oracle",)  # it knows pi*: a reference, never a rival
 # The router comparison: mean unmixing against the GMM-VAE, at each sampler.
 ROUTER_PAIRS = {
@@ -162,6 +182,28 @@ def margin(rows: Mapping[str, Mapping[str, Any]], metric: str) -> dict[str, Any]
     return {"ripple": mine, "best_other": best, **diff}
 
 
+def addition_margins(rows: Mapping[str, Mapping[str, Any]], metric: str) -> dict[str, Any]:
+    """Each added row against the best Ripple variant and the best other row, paired per seed
+    (neither side counts the row itself, nor the oracle)."""
+    out: dict[str, Any] = {}
+    for name in ADDITIONS:
+        if name not in rows or rows[name][metric]["mean"] is None:
+            continue
+        others = [r for r in rows if r != name and r not in NOT_COMPARED]
+        ripple = _best(rows, [r for r in others if r in RIPPLE], metric)
+        other = _best(rows, [r for r in others if r not in RIPPLE], metric)
+        out[name] = {
+            side: None
+            if best is None
+            else {
+                "against": best,
+                **paired(rows[name][metric]["per_seed"], rows[best][metric]["per_seed"]),
+            }
+            for side, best in (("ripple", ripple), ("other", other))
+        }
+    return out
+
+
 def router_comparison(rows: Mapping[str, Mapping[str, Any]], metric: str) -> dict[str, Any]:
     """Mean unmixing minus the GMM-VAE router, paired per seed, at each sampler the map ran."""
     return {
@@ -189,6 +231,7 @@ def map_table(
             "rows": rows,
             "margin": {m: margin(rows, m) for m in METRICS},
             "router": {m: router_comparison(rows, m) for m in METRICS},
+            "additions": {m: addition_margins(rows, m) for m in METRICS},
         }
     if stamp is not None and args.plot:
         from paper.plots import margin_figure, save

@@ -49,7 +49,8 @@ def table2_rows() -> dict[str, dict]:
 
 def map_rows() -> dict[str, dict]:
     """The map's rows: every method that lists ``map``; Ripple per router x sampler
-    (``-mu``: mean unmixing)."""
+    (``-mu``: mean unmixing), and per sampler with FedYogi as its cluster optimiser
+    (``-yogi``: ``cluster-optimizer = "fedyogi"``, the GMM-VAE router)."""
     short = {"stratified": "strat", "uniform": "unif"}
     out: dict[str, dict] = {}
     for name, spec in METHODS.items():
@@ -65,6 +66,9 @@ def map_rows() -> dict[str, dict]:
                 out[f"{name}-{short[sampling]}{tag}"] = (
                     row if router == "gmm-vae" else {**row, "router": router}
                 )
+        for sampling in SAMPLINGS:
+            row = {"method": name, "sampling": sampling, "cluster-optimizer": "fedyogi"}
+            out[f"{name}-{short[sampling]}-yogi"] = row
     return out
 
 

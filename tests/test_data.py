@@ -321,3 +321,26 @@ def test_rotated_test_split_and_errors() -> None:
     wide = ImageDataset("wide", np.zeros((4, 1, 3, 5), np.float32), np.zeros(4, np.int64), 1)
     with pytest.raises(ValueError, match="square"):
         rotate_dataset(wide)
+
+
+def test_permuted_labels_are_concepts_over_the_same_images(mnist5k: ImageDataset) -> None:
+    from ripple_flwr.data.permuted import concept_permutations, permute_dataset
+
+    permuted = load_dataset("permuted-mnist-5k")
+    assert permuted.name == "permuted-mnist-5k" and permuted.num_domains == 4
+    np.testing.assert_array_equal(permuted.images, mnist5k.images)  # P(X) unchanged
+    np.testing.assert_array_equal(np.bincount(permuted.domains), [1250] * 4)
+    perms = concept_permutations(mnist5k.num_classes)
+    np.testing.assert_array_equal(perms[0], np.arange(mnist5k.num_classes))
+    for g in range(4):
+        rows = permuted.domains == g
+        np.testing.assert_array_equal(permuted.labels[rows], perms[g][mnist5k.labels[rows]])
+        assert sorted(perms[g]) == list(range(mnist5k.num_classes))  # a permutation
+        for h in range(g):  # no class keeps its label under two concepts
+            assert np.all(perms[g] != perms[h])
+    # The same image means a different class in another group: P(Y|X) shifts.
+    assert permuted.cluster_labels("domain")[1] == 4
+    again = permute_dataset(mnist5k)
+    np.testing.assert_array_equal(again.labels, permuted.labels)
+    with pytest.raises(ValueError, match="already has a domain"):
+        permute_dataset(permuted)

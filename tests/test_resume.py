@@ -42,6 +42,7 @@ def comparable(path) -> dict:
         d.pop("seconds")  # IFCA's draws of its initial models, before round 1
     for d in res.get("flux", {}).get("descriptor_rounds", []):
         d.pop("seconds")  # FLUX's descriptor rounds
+    res.get("cluster_optimizer", {}).pop("server_seconds", None)  # Ripple's optimiser steps
     return res
 
 
@@ -56,14 +57,26 @@ SPLIT_ALWAYS = {
 # What a method needs to run on the tiny federation (3 clients a round) and show its state.
 # FLUX clusters at the start of round 2, so its clusters and descriptors cross the cut.
 CLUSTER_EARLY = {"flux-start-round": 1, "flux-latest-fraction": 0.2}
-METHOD_CONFIG = {"cfl": SPLIT_ALWAYS, "krum": {"krum-malicious": 0}, "flux": CLUSTER_EARLY}
+# FedGWC watches its interactions from round 1 (eps 1: converged at once), so it tries a
+# split at round 2 and its clusters, W and watch cross the cut.
+METHOD_CONFIG = {
+    "cfl": SPLIT_ALWAYS,
+    "krum": {"krum-malicious": 0},
+    "flux": CLUSTER_EARLY,
+    "fedgwc": {"fedgwc-eps": 1.0},
+}
+# Ripple with a server optimiser per cluster: its Flower objects' moments cross the cut.
+VARIANTS = {
+    f"ripple+{opt}": ("ripple", {"cluster-optimizer": opt}) for opt in ("fedyogi", "fedavgm")
+}
 
 
-@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("name", [*METHODS, *VARIANTS])
 def test_interrupted_after_round_3_and_resumed_equals_the_uninterrupted_run(
-    method, cache_dir, tmp_path
+    name, cache_dir, tmp_path
 ):
-    base = {"num-server-rounds": 5, "checkpoint-every": 1, "eval-every": 2}
+    method, extra = VARIANTS.get(name, (name, {}))
+    base = {"num-server-rounds": 5, "checkpoint-every": 1, "eval-every": 2, **extra}
     base.update(METHOD_CONFIG.get(method, {}))
     full_cfg = tiny_run_config(
         cache_dir, method=method, **base, **{"results-path": str(tmp_path / "full.json")}
@@ -94,6 +107,14 @@ def test_interrupted_after_round_3_and_resumed_equals_the_uninterrupted_run(
         assert json.loads(full.read_text())["assignment"]["num_models"] > 1
     if method == "flux":
         assert json.loads(full.read_text())["flux"]["clustered_at"] == 2
+    if extra:
+        assert (
+            json.loads(full.read_text())["cluster_optimizer"]["name"] == extra["cluster-optimizer"]
+        )
+    if method == "fedgwc":
+        assert json.loads(full.read_text())["fedgwc"]["splits"][0]["round"] == 2
+    if method == "pacfl":
+        assert json.loads(full.read_text())["assignment"]["num_models"] > 1
 
 
 def test_resume_refuses_other_settings_and_damaged_files(cache_dir, tmp_path):

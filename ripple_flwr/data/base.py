@@ -81,7 +81,7 @@ class ImageDataset:
         if self.domains is None:
             raise ValueError(
                 f"dataset {self.name!r} has no domain label; use label-kind='class' "
-                "or wrap it as 'rotated-<name>'"
+                "or wrap it as 'rotated-<name>' or 'permuted-<name>'"
             )
         if label_kind == "domain":
             return self.domains, self.num_domains

@@ -20,8 +20,9 @@ from ripple_flwr.data.loaders import (
     load_torchvision,
 )
 from ripple_flwr.data.office_home import OFFICE_HOME_SIZE, load_office_home
+from ripple_flwr.data.permuted import permute_dataset
 from ripple_flwr.data.rotated import rotate_dataset
-from ripple_flwr.settings.groups import ROTATED_PREFIX
+from ripple_flwr.settings.groups import DERIVED_PREFIXES, PERMUTED_PREFIX, ROTATED_PREFIX
 from ripple_flwr.settings.groups import base_dataset_name as base_name
 
 
@@ -65,10 +66,11 @@ class DatasetSpec:
         """Refuse an incomplete entry, naming what is wrong."""
         if not self.name or self.name != self.name.strip().lower() or " " in self.name:
             raise ValueError(f"dataset name {self.name!r} must be a lower-case word")
-        if self.name.startswith(ROTATED_PREFIX):
-            raise ValueError(
-                f"dataset {self.name!r}: {ROTATED_PREFIX}<name> is derived, not registered"
-            )
+        for prefix in DERIVED_PREFIXES:
+            if self.name.startswith(prefix):
+                raise ValueError(
+                    f"dataset {self.name!r}: {prefix}<name> is derived, not registered"
+                )
         if not callable(self.load):
             raise ValueError(f"dataset {self.name!r}: load must be callable")
         shape = tuple(self.image_shape)
@@ -179,8 +181,10 @@ def has_natural_split(name: str) -> bool:
 
 
 def available_datasets() -> list[str]:
-    """Every name :func:`load_dataset` accepts: the base sets and the array sets' rotations."""
-    return list(DATASETS) + [ROTATED_PREFIX + n for n, s in DATASETS.items() if not s.resizable]
+    """Every name :func:`load_dataset` accepts: the base sets, and the array sets' rotations
+    and label permutations."""
+    arrays = [n for n, s in DATASETS.items() if not s.resizable]
+    return list(DATASETS) + [p + n for p in DERIVED_PREFIXES for n in arrays]
 
 
 def _check_image_size(spec: DatasetSpec, image_size: int) -> int:
@@ -203,7 +207,8 @@ def load_dataset(name: str, root: str | None = None, *, image_size: int = 0) -> 
     IDX directory for ``fashion-mnist``, the torchvision root for
     ``mnist``/``cifar10``/``cifar100``, the parquet files or ``<domain>/<class>``
     tree for ``office-home``, the split CSVs and images for ``gldv2-23k``;
-    ``mnist-5k`` ignores it. ``rotated-<name>`` passes it on to ``<name>``.
+    ``mnist-5k`` ignores it. ``rotated-<name>`` and ``permuted-<name>`` pass it on to
+    ``<name>``.
     ``image_size`` (nonzero) resizes ``office-home`` and ``gldv2-23k`` (224 and
     64 by default); the other sets have a fixed size and refuse any other.
     """
@@ -212,14 +217,17 @@ def load_dataset(name: str, root: str | None = None, *, image_size: int = 0) -> 
     spec = dataset_spec(key)
     if spec is None:
         raise ValueError(f"unknown dataset {name!r}; available: {', '.join(available_datasets())}")
-    if key.startswith(ROTATED_PREFIX):
+    derive = {ROTATED_PREFIX: rotate_dataset, PERMUTED_PREFIX: permute_dataset}
+    prefix = next((p for p in DERIVED_PREFIXES if key.startswith(p)), None)
+    if prefix is not None:
         if spec.resizable:
             hint = " (its visual domains are labels already: label-kind='domain')"
             raise ValueError(
-                f"{name!r} is not available: rotations need the images in memory as arrays, and "
-                f"{spec.name} decodes its photos lazily{hint if spec.name == 'office-home' else ''}"
+                f"{name!r} is not available: {prefix}<name> needs the images in memory as "
+                f"arrays, and {spec.name} decodes its photos lazily"
+                f"{hint if spec.name == 'office-home' else ''}"
             )
         _check_image_size(spec, image_size)
-        return rotate_dataset(spec.load(root))
+        return derive[prefix](spec.load(root))
     size = _check_image_size(spec, image_size)
     return spec.load(root, size=size) if spec.resizable and size else spec.load(root)

@@ -52,6 +52,9 @@ class MethodInputs:
     fresh_state
         ``i`` -> the i-th distinct seeded initialisation (i = 0 is ``initial_state``):
         IFCA's K models start from different ones.
+    image_shape, num_classes
+        The run's images ``(C, H, W)`` and number of classes, for a method whose clients'
+        summary is sized by them (PACFL's subspaces).
     """
 
     settings: RunSettings
@@ -59,6 +62,8 @@ class MethodInputs:
     true_mixtures: np.ndarray | None = None
     router: Router | None = None
     fresh_state: Callable[[int], dict[str, np.ndarray]] | None = None
+    image_shape: tuple[int, int, int] | None = None
+    num_classes: int | None = None
 
     def initial_states(self, k: int) -> list[dict[str, np.ndarray]]:
         """``k`` initial models: ``initial_state`` and k - 1 distinct seeded ones."""

@@ -30,15 +30,21 @@ REFINES: tuple[str, ...] = get_args(Refine)
 CLIENT_DATAS: tuple[str, ...] = get_args(ClientData)
 TRACKERS: tuple[str, ...] = get_args(Tracker)
 ROTATED_PREFIX = "rotated-"
+PERMUTED_PREFIX = "permuted-"  # concept shift: four label permutations (data/permuted.py)
+DERIVED_PREFIXES = (ROTATED_PREFIX, PERMUTED_PREFIX)
 # The largest Dirichlet concentration (alpha, alpha-new): Dir(1e6) mixtures are uniform to
 # about 0.1 %, IID in effect; far larger ones (1e308) overflow numpy's sampler.
 MAX_ALPHA = 1e6
 
 
 def base_dataset_name(name: str) -> str:
-    """A dataset's name without its ``rotated-`` prefix, lower case: the registered one."""
+    """A dataset's name without its ``rotated-`` or ``permuted-`` prefix, lower case: the
+    registered one."""
     key = name.strip().lower()
-    return key[len(ROTATED_PREFIX) :] if key.startswith(ROTATED_PREFIX) else key
+    for prefix in DERIVED_PREFIXES:
+        if key.startswith(prefix):
+            return key[len(prefix) :]
+    return key
 
 
 def class_list(text: str) -> tuple[str, ...]:
@@ -93,7 +99,7 @@ class DataSettings(_Group):
     label_column: str = option("label", "label column of a Hugging Face dataset")
     label_kind: LabelKind = option(
         "class",
-        "clusters follow the class, the domain (rotated-* datasets), or both (joint: "
+        "clusters follow the class, the domain (rotated-*, permuted-* datasets), or both (joint: "
         "domain x class labels)",
     )
     num_partitions: int = option(
@@ -156,7 +162,7 @@ class DataSettings(_Group):
 
     @property
     def base_dataset(self) -> str:
-        """The registered dataset under a ``rotated-`` wrapper (lower-case)."""
+        """The registered dataset under a ``rotated-`` or ``permuted-`` wrapper (lower-case)."""
         return base_dataset_name(self.dataset)
 
     @property

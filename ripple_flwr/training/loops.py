@@ -104,7 +104,7 @@ def train_local(
     a forked RNG state, so a call is reproducible on CPU and leaves the global
     torch RNG untouched. The model stays on ``device`` in its previous
     train/eval mode. Returns the mean batch loss over all steps, the number of
-    examples and the number of optimiser steps.
+    examples, the number of optimiser steps and each step's batch loss.
     """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
@@ -124,7 +124,7 @@ def train_local(
     was_training = model.training
     model.train()
     total = torch.zeros((), device=dev)
-    steps = 0
+    losses: list[torch.Tensor] = []  # each step's data loss, on the device until the end
     try:
         with torch.random.fork_rng(devices=fork_devices):
             # Dropout draws from the global RNG of the device; seed only the forked ones.
@@ -136,8 +136,8 @@ def train_local(
                 order = torch.randperm(n, generator=shuffle).to(dev)
                 for idx in _batches(n, batch_size, order):
                     if step is not None:
-                        total += step(model, optimiser, xt[idx], yt[idx]).detach()
-                        steps += 1
+                        losses.append(step(model, optimiser, xt[idx], yt[idx]).detach())
+                        total += losses[-1]
                         continue
                     optimiser.zero_grad(set_to_none=True)
                     loss = F.cross_entropy(model(xt[idx]), yt[idx])
@@ -148,11 +148,16 @@ def train_local(
                     if max_grad_norm > 0:
                         nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
                     optimiser.step()
-                    total += loss.detach()
-                    steps += 1
+                    losses.append(loss.detach())
+                    total += losses[-1]
     finally:
         model.train(was_training)
-    return {"mean_loss": float(total) / steps, "num_examples": n, "steps": steps}
+    return {
+        "mean_loss": float(total) / len(losses),
+        "num_examples": n,
+        "steps": len(losses),
+        "step_losses": torch.stack(losses).double().cpu().numpy(),  # FedGWC reads them
+    }
 
 
 def evaluate_model(

@@ -157,6 +157,11 @@ class ClientRule:
     def has_correction(self) -> bool:
         return type(self).correct is not ClientRule.correct
 
+    def observe(self, stats: Mapping[str, Any]) -> None:
+        """What local training measured (``train_local``'s statistics; FedGWC keeps each
+        step's loss), before :meth:`finish`."""
+        return None
+
     def finish(self, model: nn.Module, steps: int) -> dict[str, dict[str, np.ndarray]]:
         """Update the node's state; the extra arrays of the reply (none by default)."""
         return {}
@@ -219,4 +224,5 @@ def train_with_rule(
         step=rule.step,
         max_grad_norm=rule.grad_clip,
     )
+    rule.observe(stats)
     return stats, rule.finish(model, int(stats["steps"]))

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ripple_flwr.aggregation.subspaces import class_subspaces
 from ripple_flwr.app.client.candidates import lowest_loss
 from ripple_flwr.app.client.data import ClientData, benchmark_data
 from ripple_flwr.app.client.runtime import RUNTIME
@@ -33,6 +34,7 @@ from ripple_flwr.app.protocol.messages import (
     SUMMARY_KINDS,
     TRAIN_LOSS,
 )
+from ripple_flwr.methods.pacfl.spec import PACFL_P
 from ripple_flwr.methods.registry import get_method
 from ripple_flwr.router.run_embedding import embedder_key, run_embedder
 from ripple_flwr.settings import RunSettings
@@ -118,12 +120,16 @@ def _data(settings: RunSettings, who: int | ClientData) -> ClientData:
 
 
 def client_summary(settings: RunSettings, who: int | ClientData, kind: str) -> np.ndarray | None:
-    """What the client sends once: its WST embedding Phi, its mean image, or nothing."""
+    """What the client sends once: its WST embedding Phi, its mean image, PACFL's per-class
+    subspaces of its training split (``pacfl-p`` vectors each), or nothing."""
     if kind not in SUMMARY_KINDS:
         raise ValueError(f"unknown summary kind {kind!r}; choose {', '.join(SUMMARY_KINDS)}")
     if kind == "none":
         return None
     data = _data(settings, who)
+    if kind == "subspace":
+        p = PACFL_P.of(settings)
+        return class_subspaces(data.x_train, data.y_train, data.num_classes, p).reshape(-1)
     images = data.images
     if kind == "mean":
         return images.reshape(len(images), -1).mean(axis=0).astype(np.float32)

@@ -8,8 +8,8 @@ converts and bounds every field of a reply in one place
 (:mod:`ripple_flwr.app.server.strategies.core.replies.validation`), because nothing a
 client sends is trusted.
 
-- ``query.embed`` (:data:`QUERY`): ``config`` = {``summary``: embedding | mean | none}, plus
-  the public DP mechanism and, for own-data runs, :data:`RUN_DATA`; reply ``info`` (the
+- ``query.embed`` (:data:`QUERY`): ``config`` = {``summary``: embedding | mean | subspace |
+  none}, plus the public DP mechanism and, for own-data runs, :data:`RUN_DATA`; reply ``info`` (the
   client's identity and split sizes) and ``summary`` (``phi``).
 - ``query.describe`` (:data:`DESCRIBE`, FLUX): the model and ``config`` = {``labelled``,
   ``latent-dim``}; reply ``summary`` (``phi``, the descriptor).
@@ -85,7 +85,9 @@ CLASSES = "classes"
 CLASSES_HASH = "classes-hash"
 IMAGE_SHAPE = "image-shape"
 
-SUMMARY_KINDS = ("embedding", "mean", "none")
+# embedding: Ripple's WST embedding; mean: the mean image (mean unmixing); subspace: PACFL's
+# per-class left singular vectors; none: who the node is, nothing more.
+SUMMARY_KINDS = ("embedding", "mean", "subspace", "none")
 NAME_LIMIT = 64  # characters of a node's name (the results file's label for it)
 
 

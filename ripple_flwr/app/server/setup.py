@@ -163,6 +163,8 @@ def build_strategy(settings: RunSettings, state, data: RunData | Federation, rou
         true_mixtures=data.true_mixtures,
         router=router,
         fresh_state=lambda i: initial_state(settings, shape, classes, index=i),
+        image_shape=tuple(int(v) for v in shape),
+        num_classes=int(classes),
     )
     return make_engine(get_method(settings.method), inputs)
 

@@ -11,7 +11,7 @@ SPECS = (
     MethodSpec(
         "local",
         "local-only: each client trains alone, only in the rounds it is sampled",
-        rank=19,
+        rank=21,
         models="per-client",
         exports="none",
         family="personalised",

@@ -1,4 +1,5 @@
-"""What the clustered baselines (IFCA, FeSEM, CFL) share: K models, hard assignments, records.
+"""What the clustered baselines share (IFCA, FeSEM, CFL, FLUX, PACFL, FedGWC): K models,
+hard assignments, records.
 
 Each holds a list of cluster models and one cluster index per client. A
 client is scored with its own cluster's model; a new client (zero-shot,

@@ -1,0 +1,1 @@
+"""PACFL (``spec.py``: entry and options; ``server.py``: the server side)."""
