@@ -107,7 +107,7 @@ RIPPLE = (
 )
 # Rows added after the map over federations first ran (issue 48): each is also compared, paired,
 # with the best Ripple variant and the best other row, neither counting itself.
-ADDITIONS = ("pacfl", "ripple-strat-yogi", "ripple-unif-yogi")
+ADDITIONS = ("pacfl", "fedgwc", "ripple-strat-yogi", "ripple-unif-yogi")
 NOT_COMPARED = ("oracle",)  # it knows pi*: a reference, never a rival
 # The router comparison: mean unmixing against the GMM-VAE, at each sampler.
 ROUTER_PAIRS = {
@@ -290,7 +290,36 @@ def markdown(args: argparse.Namespace, cells: Mapping[str, Mapping[str, Any]]) -
         margins = [_margin_text(entry["margin"][m]) for m in METRICS]
         routers = [router_text(entry["router"][m]) for m in METRICS]
         md.append(f"| {cell} | " + " | ".join(margins + routers) + " |")
+    added = [
+        (cell, name, entry["additions"])
+        for cell, entry in cells.items()
+        for name in ADDITIONS
+        if any(name in entry["additions"][m] for m in METRICS)
+    ]
+    if added:
+        md += [
+            "",
+            f"The rows added later, each against the best Ripple variant and the best other "
+            f"method (neither counting the row itself); points, {PAIRED} (seeds ahead / n).",
+            "",
+            "| cell | row | vs Ripple, training | vs Ripple, zero-shot | vs others, training "
+            "| vs others, zero-shot |",
+            "|---|---|---|---|---|---|",
+        ]
+        for cell, name, adds in added:
+            texts = [
+                _addition_text(adds[m].get(name, {}).get(side))
+                for side in ("ripple", "other")
+                for m in METRICS
+            ]
+            md.append(f"| {cell} | {name} | " + " | ".join(texts) + " |")
     return "\n".join(md)
+
+
+def _addition_text(p: Mapping[str, Any] | None) -> str:
+    if not p or p.get("mean") is None:
+        return "n/a"
+    return f"{fmt_paired(p)} vs {p['against']}: {p['verdict']}"
 
 
 def build_parser() -> argparse.ArgumentParser:

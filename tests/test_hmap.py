@@ -130,3 +130,30 @@ def test_the_rows_of_table2_and_the_map_come_from_the_registry(monkeypatch):
     monkeypatch.setitem(registry.METHODS, "toy", toy)
     assert map_rows()["toy"] == {"method": "toy"} and table2_rows()["toy"] == {"method": "toy"}
     assert {"ripple-strat-mu", "ripple-unif-mu"} <= set(map_rows())
+
+
+def test_an_added_row_is_compared_with_the_best_ripple_variant_and_the_best_other_row():
+    from ripple_flwr.runs.statistics import seed_stats
+
+    def row(*acc):
+        stats = seed_stats(dict(zip((42, 7, 123), acc, strict=True)))
+        return {m: stats for m in hmap.METRICS}
+
+    rows = {
+        "ripple-strat": row(0.80, 0.82, 0.81),
+        "ripple-unif": row(0.70, 0.71, 0.72),
+        "fedyogi": row(0.85, 0.86, 0.84),
+        "oracle": row(0.99, 0.99, 0.99),  # never a rival
+        "pacfl": row(0.90, 0.91, 0.93),
+        "ripple-strat-yogi": row(0.60, 0.61, 0.62),
+    }
+    out = hmap.addition_margins(rows, "final_accuracy")
+    pacfl = out["pacfl"]
+    assert pacfl["ripple"]["against"] == "ripple-strat"
+    assert pacfl["other"]["against"] == "fedyogi"  # not the oracle, not itself
+    assert pacfl["other"]["mean"] == pytest.approx(0.0633, abs=1e-3)
+    assert pacfl["other"]["verdict"] == "leads"
+    yogi = out["ripple-strat-yogi"]
+    assert yogi["ripple"]["against"] == "ripple-strat"  # the best Ripple variant but itself
+    assert yogi["other"]["against"] == "pacfl" and yogi["other"]["verdict"] == "trails"
+    assert "ripple-unif-yogi" not in out and "fedgwc" not in out  # rows without runs
