@@ -277,7 +277,7 @@ def test_registry_knows_the_photo_sets(office_parquet):
     assert embed_size_of("office-home") == embed_size_of("GLDv2-23k") == 64
     assert embed_size_of("mnist") is None
     assert has_natural_split("gldv2-23k") and not has_natural_split("office-home")
-    with pytest.raises(ValueError, match="rotations need the images in memory.*label-kind"):
+    with pytest.raises(ValueError, match="rotated-<name> needs the images in memory.*label-kind"):
         load_dataset("rotated-office-home", str(office_parquet))
     with pytest.raises(ValueError, match="image-size applies to gldv2-23k, office-home and local"):
         load_dataset("fashion-mnist", "/nonexistent", image_size=64)

@@ -87,7 +87,7 @@ def train_local(
     step: Callable[[nn.Module, torch.optim.Optimizer, torch.Tensor, torch.Tensor], torch.Tensor]
     | None = None,
     max_grad_norm: float = 0.0,
-) -> dict[str, float | int]:
+) -> dict[str, float | int | tuple[float, ...]]:
     """Train ``model`` in place for ``epochs`` epochs of SGD with momentum on (x, y).
 
     A method's training rule (:mod:`ripple_flwr.training.rules`) hooks in:
@@ -156,7 +156,7 @@ def train_local(
         "mean_loss": float(total) / len(losses),
         "num_examples": n,
         "steps": len(losses),
-        "step_losses": torch.stack(losses).double().cpu().numpy(),  # FedGWC reads them
+        "step_losses": tuple(torch.stack(losses).double().cpu().tolist()),  # FedGWC reads them
     }
 
 
