@@ -24,6 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ripple_flwr.aggregation.mixing import apply_stacked_deltas  # noqa: E402
+from ripple_flwr.app.flower_internals import set_task_identity  # noqa: E402
 from ripple_flwr.app.run_config import parse_run_config  # noqa: E402
 from ripple_flwr.methods.ripple.optimizer import OPTIMIZERS, ClusterOptimizer  # noqa: E402
 from ripple_flwr.training.models import build_model, get_state  # noqa: E402
@@ -44,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    # Flower's strategies build Messages, which need a run's identity outside a Flower run.
+    set_task_identity(run_id=1, node_id=0, task_id=1)
     rng = np.random.default_rng(0)
     state = get_state(build_model("cnn", (1, 28, 28), 10))
     out: dict = {
