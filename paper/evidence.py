@@ -49,6 +49,8 @@ LABELS = {
     "fedprox": "FedProx",
     "fedadam": "FedAdam",
     "fedyogi": "FedYogi",
+    "pacfl": "PACFL",
+    "fedgwc": "FedGWC",
     "fedadagrad": "FedAdagrad",
     "fedavgm": "FedAvgM",
     "feddyn": "FedDyn",

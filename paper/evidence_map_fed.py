@@ -30,7 +30,10 @@ NAMES = {
     "ripple-unif": "Ripple-Unif (GMM-VAE)",
     "ripple-strat-mu": "Ripple-Strat (mean unmixing)",
     "ripple-unif-mu": "Ripple-Unif (mean unmixing)",
+    "ripple-strat-yogi": "Ripple-Strat (FedYogi per cluster)",
+    "ripple-unif-yogi": "Ripple-Unif (FedYogi per cluster)",
 }
+OPTIMISER_ROWS = ("ripple-strat-yogi", "ripple-unif-yogi")
 
 
 def _name(row: str) -> str:
@@ -117,8 +120,62 @@ def advice() -> str:
             what += f"; the GMM-VAE leads mean unmixing at the {' and '.join(trail)} sampler"
         if not lead and not trail and routers:
             what += "; the two routers: no clear winner"
+        what += _optimiser_clause(entry)
         lines.append(f"- **{cell}** (training clients): {what}.")
     return "\n".join(lines) or "No cell has runs yet."
+
+
+def _optimiser_best(entry: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """Ripple's best row with FedYogi per cluster and its paired margin against the best other
+    method (training clients), where it ran."""
+    adds = entry.get("additions", {}).get("final_accuracy", {})
+    got = [
+        (name, adds[name]["other"])
+        for name in OPTIMISER_ROWS
+        if (adds.get(name) or {}).get("other") and adds[name]["other"].get("mean") is not None
+    ]
+    return max(got, key=lambda g: g[1]["mean"]) if got else None
+
+
+def _optimiser_clause(entry: dict[str, Any]) -> str:
+    best = _optimiser_best(entry)
+    if best is None:
+        return ""
+    name, p = best
+    return (
+        f'; with `cluster-optimizer = "fedyogi"` (beyond the paper), {_name(name)} against '
+        f"{_name(p['against'])}: {fmt_paired(p)}, {p['verdict']}"
+    )
+
+
+def additions() -> str:
+    """Per cell, each row added by issue 48 against the best of the paper's Ripple variants and
+    against the best other method, paired per seed, training clients and zero-shot."""
+    if not (ev.RESULTS / MAP_FED).is_file():
+        return "**Not run yet**: the map over federation seeds has no committed read-back."
+    d = ev.load(MAP_FED)
+    lines = [
+        "| cell | row | vs Ripple (paper's rule), training | ... zero-shot "
+        "| vs best other, training | ... zero-shot |",
+        "|---|---|---|---|---|---|",
+    ]
+    for cell, entry in d["cells"].items():
+        adds = entry.get("additions", {})
+        names = [n for n in dict.fromkeys(k for m in WHO for k in adds.get(m, {}))]
+        for name in names:
+            cols = []
+            for side in ("ripple", "other"):
+                for m in WHO:
+                    p = (adds.get(m, {}).get(name) or {}).get(side)
+                    cols.append(
+                        "n/a"
+                        if not p or p.get("mean") is None
+                        else f"{fmt_paired(p)} vs {_name(p['against'])}: {p['verdict']}"
+                    )
+            lines.append(f"| {cell} | {_name(name)} | " + " | ".join(cols) + " |")
+    if len(lines) == 2:
+        return "No added row has runs yet."
+    return "\n".join(lines)
 
 
 def ripple_choices() -> str:
@@ -148,13 +205,31 @@ def ripple_choices() -> str:
                 f"{cell}: {_name(m['ripple'])} ({m['verdict']} against {_name(m['best_other'])})"
             )
     cells = "; ".join(best) or "no cell has both a Ripple row and a rival yet"
+    yogi = [
+        f"{cell}: {_name(name)} against {_name(p['against'])} {fmt_paired(p)}, {p['verdict']}"
+        for cell, entry in d["cells"].items()
+        if (got := _optimiser_best(entry)) is not None
+        for name, p in [got]
+    ]
+    yogi_text = (
+        ' With FedYogi per cluster (`cluster-optimizer = "fedyogi"`, beyond the paper): '
+        + "; ".join(yogi)
+        + "."
+        if yogi
+        else ""
+    )
     return (
         f"{table1} Over federation seeds (the map, [which-method.md](docs/which-method.md)), "
-        f"the best Ripple variant per cell so far, on the training clients: {cells}."
+        f"the best of the paper's Ripple variants per cell so far, on the training clients: "
+        f"{cells}.{yogi_text}"
     )
 
 
 BLOCKS = {
-    "docs/which-method.md": {"map-federations": map_federations, "map-federations-advice": advice},
+    "docs/which-method.md": {
+        "map-federations": map_federations,
+        "map-federations-advice": advice,
+        "map-additions": additions,
+    },
     "README.md": {"ripple-choices": ripple_choices},
 }
