@@ -180,8 +180,46 @@ def cfl_default() -> str:
     )
 
 
+def _whole(name: str) -> dict[str, Any]:
+    """A benchmark's record written as one (indented) JSON document."""
+    import json
+
+    return json.loads((ev.RESULTS / name).read_text())
+
+
+def one_shot_bytes() -> str:
+    """Sentence: what one client sends once (Ripple's summary, PACFL's subspaces), measured by
+    ``benchmarks/summary_bytes.py``."""
+    d = _whole("summary_bytes.json")
+    b = d["summary_bytes"]
+    return (
+        f"Sent once per client, measured on the map's protocol ({d['protocol']['dataset']}, "
+        f"Dir({d['protocol']['alpha']}), the largest over {d['protocol']['num-partitions']} "
+        f"clients, {_file('summary_bytes.json')}): PACFL's subspaces {b['pacfl']:,} B, "
+        f"Ripple's WST embedding {b['ripple (gmm-vae)']:,} B (mean unmixing's mean image "
+        f"{b['ripple (mean-unmixing)']:,} B), against {d['model_bytes']:,} B for one model."
+    )
+
+
+def cluster_optimizer_time() -> str:
+    """Sentence: the server time of a round's cluster step, per optimiser, measured by
+    ``benchmarks/cluster_optimizer.py``."""
+    d = _whole("cluster_optimizer.json")
+    parts = []
+    for k, row in d["seconds"].items():
+        others = ", ".join(f"{o} {1000 * s:.0f} ms" for o, s in row.items() if o != "none")
+        parts.append(f"K = {k}: `none` {1000 * row['none']:.1f} ms, {others}")
+    return (
+        f"Server time of one round's cluster step (median; {d['clients']} replies, a "
+        f"{d['model_parameters']:,}-parameter model, {d['machine']}, "
+        f"{_file('cluster_optimizer.json')}): " + "; ".join(parts) + "."
+    )
+
+
 BLOCKS = {
     "docs/methods.md": {
+        "methods-one-shot-bytes": one_shot_bytes,
+        "methods-cluster-optimizer-time": cluster_optimizer_time,
         "methods-fedopt": fedopt_table1,
         "methods-stateful-bytes": stateful_bytes,
         "methods-perfedavg-before": perfedavg_before,
