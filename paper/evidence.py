@@ -35,6 +35,8 @@ LABELS = {
     "ripple-strat-mean-unmixing": "Ripple-Strat (mean unmixing)",
     "ripple-unif-mean-unmixing": "Ripple-Unif (mean unmixing)",
     "ripple-hdb-gmm-vae": "Ripple-HDB (GMM-VAE)",
+    "ripple-strat-yogi": "Ripple-Strat (GMM-VAE, FedYogi per cluster)",
+    "ripple-unif-yogi": "Ripple-Unif (GMM-VAE, FedYogi per cluster)",
     "ripple-strat": "Ripple-Strat",
     "ripple-unif": "Ripple-Unif",
     "ripple-hdb": "Ripple-HDB",

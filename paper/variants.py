@@ -1,8 +1,9 @@
 """Every registered method as named run-config overrides: the rows of the tables and benchmarks.
 
 Read from the method registry, so a newly registered method is benchmarked
-without touching this file. Ripple's rows are ``ripple-<strat|unif>-<router>``;
-the oracle's ``oracle`` (stratified) and ``oracle-unif``.
+without touching this file. Ripple's rows are ``ripple-<strat|unif>-<router>`` and, with
+FedYogi per cluster model, ``ripple-<strat|unif>-yogi``; the oracle's ``oracle``
+(stratified) and ``oracle-unif``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ def benchmark_variants() -> dict[str, dict]:
                 for sampling in SAMPLINGS:
                     key = f"{name}-{short[sampling]}-{router}"
                     out[key] = {"method": name, "sampling": sampling, "router": router}
+            # Beyond the paper: FedYogi per cluster model (the GMM-VAE router), as in the map.
+            for sampling in SAMPLINGS:
+                row = {"method": name, "sampling": sampling, "cluster-optimizer": "fedyogi"}
+                out[f"{name}-{short[sampling]}-yogi"] = row
         elif spec.routing_weights:
             for sampling in SAMPLINGS:
                 key = name if sampling == "stratified" else f"{name}-{short[sampling]}"
