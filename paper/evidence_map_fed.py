@@ -30,8 +30,6 @@ NAMES = {
     "ripple-unif": "Ripple-Unif (GMM-VAE)",
     "ripple-strat-mu": "Ripple-Strat (mean unmixing)",
     "ripple-unif-mu": "Ripple-Unif (mean unmixing)",
-    "ripple-strat-yogi": "Ripple-Strat (FedYogi per cluster)",
-    "ripple-unif-yogi": "Ripple-Unif (FedYogi per cluster)",
 }
 OPTIMISER_ROWS = ("ripple-strat-yogi", "ripple-unif-yogi")
 
@@ -161,8 +159,7 @@ def additions() -> str:
     ]
     for cell, entry in d["cells"].items():
         adds = entry.get("additions", {})
-        names = [n for n in dict.fromkeys(k for m in WHO for k in adds.get(m, {}))]
-        for name in names:
+        for name in dict.fromkeys(k for m in WHO for k in adds.get(m, {})):
             cols = []
             for side in ("ripple", "other"):
                 for m in WHO:
@@ -205,12 +202,14 @@ def ripple_choices() -> str:
                 f"{cell}: {_name(m['ripple'])} ({m['verdict']} against {_name(m['best_other'])})"
             )
     cells = "; ".join(best) or "no cell has both a Ripple row and a rival yet"
-    yogi = [
-        f"{cell}: {_name(name)} against {_name(p['against'])} {fmt_paired(p)}, {p['verdict']}"
-        for cell, entry in d["cells"].items()
-        if (got := _optimiser_best(entry)) is not None
-        for name, p in [got]
-    ]
+    yogi = []
+    for cell, entry in d["cells"].items():
+        if (got := _optimiser_best(entry)) is not None:
+            name, p = got
+            yogi.append(
+                f"{cell}: {_name(name)} against {_name(p['against'])} {fmt_paired(p)}, "
+                f"{p['verdict']}"
+            )
     yogi_text = (
         ' With FedYogi per cluster (`cluster-optimizer = "fedyogi"`, beyond the paper): '
         + "; ".join(yogi)

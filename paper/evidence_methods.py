@@ -180,17 +180,10 @@ def cfl_default() -> str:
     )
 
 
-def _whole(name: str) -> dict[str, Any]:
-    """A benchmark's record written as one (indented) JSON document."""
-    import json
-
-    return json.loads((ev.RESULTS / name).read_text())
-
-
 def one_shot_bytes() -> str:
     """Sentence: what one client sends once (Ripple's summary, PACFL's subspaces), measured by
     ``benchmarks/summary_bytes.py``."""
-    d = _whole("summary_bytes.json")
+    d = one("summary_bytes.json")
     b = d["summary_bytes"]
     return (
         f"Sent once per client, measured on the map's protocol ({d['protocol']['dataset']}, "
@@ -204,7 +197,7 @@ def one_shot_bytes() -> str:
 def cluster_optimizer_time() -> str:
     """Sentence: the server time of a round's cluster step, per optimiser, measured by
     ``benchmarks/cluster_optimizer.py``."""
-    d = _whole("cluster_optimizer.json")
+    d = one("cluster_optimizer.json")
     parts = []
     for k, row in d["seconds"].items():
         others = ", ".join(f"{o} {1000 * s:.0f} ms" for o, s in row.items() if o != "none")

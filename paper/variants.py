@@ -11,26 +11,33 @@ from __future__ import annotations
 from ripple_flwr.methods.registry import METHODS
 from ripple_flwr.settings import ROUTERS, SAMPLINGS
 
+SHORT = {"stratified": "strat", "uniform": "unif"}  # a sampler's tag in a row's name
+
 __all__ = ["ORACLE_OF", "VARIANTS", "benchmark_variants", "map_rows", "table2_rows"]
+
+
+def _yogi_rows(name: str) -> dict[str, dict]:
+    """Beyond the paper: the method per sampler with FedYogi per cluster model (the GMM-VAE
+    router), ``<name>-<strat|unif>-yogi``; the same rows in the tables and the map."""
+    return {
+        f"{name}-{SHORT[s]}-yogi": {"method": name, "sampling": s, "cluster-optimizer": "fedyogi"}
+        for s in SAMPLINGS
+    }
 
 
 def benchmark_variants() -> dict[str, dict]:
     """Every registered method as run-config overrides; Ripple and the oracle per sampler/router."""
     out: dict[str, dict] = {}
-    short = {"stratified": "strat", "uniform": "unif"}
     for name, spec in METHODS.items():
         if spec.needs_router:
             for router in ROUTERS:
                 for sampling in SAMPLINGS:
-                    key = f"{name}-{short[sampling]}-{router}"
+                    key = f"{name}-{SHORT[sampling]}-{router}"
                     out[key] = {"method": name, "sampling": sampling, "router": router}
-            # Beyond the paper: FedYogi per cluster model (the GMM-VAE router), as in the map.
-            for sampling in SAMPLINGS:
-                row = {"method": name, "sampling": sampling, "cluster-optimizer": "fedyogi"}
-                out[f"{name}-{short[sampling]}-yogi"] = row
+            out.update(_yogi_rows(name))
         elif spec.routing_weights:
             for sampling in SAMPLINGS:
-                key = name if sampling == "stratified" else f"{name}-{short[sampling]}"
+                key = name if sampling == "stratified" else f"{name}-{SHORT[sampling]}"
                 out[key] = {"method": name, "sampling": sampling}
         else:
             out[name] = {"method": name}
@@ -56,7 +63,6 @@ def map_rows() -> dict[str, dict]:
     """The map's rows: every method that lists ``map``; Ripple per router x sampler
     (``-mu``: mean unmixing), and per sampler with FedYogi as its cluster optimiser
     (``-yogi``: ``cluster-optimizer = "fedyogi"``, the GMM-VAE router)."""
-    short = {"stratified": "strat", "uniform": "unif"}
     out: dict[str, dict] = {}
     for name, spec in METHODS.items():
         if "map" not in spec.benchmarks:
@@ -68,12 +74,10 @@ def map_rows() -> dict[str, dict]:
             for sampling in SAMPLINGS:
                 tag = "" if router == "gmm-vae" else "-mu"
                 row = {"method": name, "sampling": sampling}
-                out[f"{name}-{short[sampling]}{tag}"] = (
+                out[f"{name}-{SHORT[sampling]}{tag}"] = (
                     row if router == "gmm-vae" else {**row, "router": router}
                 )
-        for sampling in SAMPLINGS:
-            row = {"method": name, "sampling": sampling, "cluster-optimizer": "fedyogi"}
-            out[f"{name}-{short[sampling]}-yogi"] = row
+        out.update(_yogi_rows(name))
     return out
 
 
