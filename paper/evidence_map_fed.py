@@ -172,7 +172,74 @@ def additions() -> str:
             lines.append(f"| {cell} | {_name(name)} | " + " | ".join(cols) + " |")
     if len(lines) == 2:
         return "No added row has runs yet."
-    return "\n".join(lines)
+    return _where_they_win(d) + "\n\n" + "\n".join(lines) + _table1_additions()
+
+
+VERDICTS = ("leads", "no clear winner", "trails")
+
+
+def _where_they_win(d: dict[str, Any]) -> str:
+    """One line per added row: the map cells where it leads, ties and trails, training
+    clients, against the paper's best Ripple variant and against the best other method."""
+    sides = {"ripple": "Ripple (paper's rule)", "other": "the best other method"}
+    names = dict.fromkeys(
+        k for e in d["cells"].values() for k in e.get("additions", {}).get("final_accuracy", {})
+    )
+    out = []
+    for name in names:
+        parts = []
+        for side, side_text in sides.items():
+            by: dict[str, list[str]] = {v: [] for v in VERDICTS}
+            for cell, entry in d["cells"].items():
+                p = entry.get("additions", {}).get("final_accuracy", {}).get(name, {}).get(side)
+                if p and p.get("mean") is not None:
+                    by[p["verdict"]].append(cell)
+            said = [f"{v} in {', '.join(c)}" for v, c in by.items() if c]
+            if said:
+                parts.append(f"against {side_text}, " + "; ".join(said))
+        if parts:
+            out.append(f"- **{_name(name)}**: " + "; ".join(parts) + ".")
+    return "Where each added row wins (training clients, the verdicts of the table below):\n\n" + (
+        "\n".join(out)
+    )
+
+
+TABLE1_PAPER_RIPPLE = tuple(
+    f"ripple-{s}-{r}" for s in ("strat", "unif") for r in ("gmm-vae", "mean-unmixing")
+)
+TABLE1_ADDED = ("pacfl", "fedgwc", "ripple-strat-yogi", "ripple-unif-yogi")
+
+
+def _table1_additions() -> str:
+    """Table 1's rows added by issue 48, paired per seed against its best paper-rule Ripple row
+    and its best other runnable row (each chosen by mean; the oracles aside)."""
+    from paper.evidence_table1 import TABLE1
+
+    t = ev.load(TABLE1)
+    rows = {n: r for n, r in t["rows"].items() if r["final_accuracy"].get("n")}
+
+    def best(names: Any) -> str | None:
+        have = [n for n in names if n in rows]
+        return max(have, key=lambda n: rows[n]["final_accuracy"]["mean"]) if have else None
+
+    ripple = best(TABLE1_PAPER_RIPPLE)
+    out = []
+    for name in (n for n in TABLE1_ADDED if n in rows):
+        others = [n for n in rows if n != name and n not in TABLE1_ADDED and not ev.is_ripple(n)]
+        parts = []
+        for against in dict.fromkeys(a for a in (ripple, best(others)) if a):
+            p = ev.paired_of(rows[name]["final_accuracy"], rows[against]["final_accuracy"])
+            parts.append(f"{fmt_paired(p)} vs {_name(against)}: {p['verdict']}")
+        acc = rows[name]["final_accuracy"]["mean"]
+        out.append(f"- {_name(name)}: {100 * acc:.1f}%; " + "; ".join(parts) + ".")
+    if not out:
+        return ""
+    return (
+        f"\n\nIn Table 1 ({t['dataset']}, Dir(0.1), one federation, {t['rounds']} rounds, "
+        f"{ev.seeds_text(t['seeds'])}; training clients, paired per seed, points, t 95%, "
+        "seeds ahead), against the best of the paper's four Ripple rows and the best other "
+        "row one can run:\n\n" + "\n".join(out)
+    )
 
 
 def ripple_choices() -> str:

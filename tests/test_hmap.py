@@ -163,3 +163,70 @@ def test_an_added_row_is_compared_with_the_best_ripple_variant_and_the_best_othe
     # The headline margin is the paper's Ripple: the optimiser rows are neither side of it.
     m = hmap.margin(rows, "final_accuracy")
     assert (m["ripple"], m["best_other"]) == ("ripple-strat", "pacfl")
+
+
+def test_table1_additions_pair_each_added_row_with_the_best_paper_ripple_and_best_other(
+    monkeypatch,
+):
+    """The added rows of Table 1 are paired per seed against the best paper-rule Ripple row and
+    the best other runnable row; rows with no runs and the oracles are never chosen."""
+    from paper import evidence as ev
+    from paper import evidence_map_fed as fed
+
+    def row(*acc):
+        per = {str(s): a for s, a in zip((42, 7, 123), acc, strict=True)}
+        return {"final_accuracy": {"per_seed": per, "mean": sum(acc) / len(acc), "n": len(acc)}}
+
+    table = {
+        "dataset": "fashion-mnist",
+        "rounds": 300,
+        "seeds": [42, 7, 123],
+        "rows": {
+            "ripple-unif-gmm-vae": row(0.90, 0.91, 0.92),
+            "ripple-strat-gmm-vae": row(0.80, 0.81, 0.82),
+            "oracle": row(0.99, 0.99, 0.99),
+            "fedavg": row(0.60, 0.62, 0.61),
+            "ifca": row(0.70, 0.71, 0.72),
+            "pacfl": row(0.70, 0.72, 0.70),
+            "fedgwc": {"final_accuracy": {"per_seed": {}, "mean": None, "n": 0}},
+        },
+    }
+    monkeypatch.setattr(ev, "load", lambda name: table)
+    text = fed._table1_additions()
+    lines = [line for line in text.splitlines() if line.startswith("- ")]
+    assert len(lines) == 1 and lines[0].startswith("- PACFL: 70.7%")
+    assert "-20.3 ± 3.8 (0/3) vs Ripple-Unif (GMM-VAE): trails" in lines[0]
+    assert "-0.3 ± 3.8 (1/3) vs IFCA: no clear winner" in lines[0]
+    assert "oracle" not in lines[0].lower() and "FedGWC" not in text
+
+
+def test_where_they_win_groups_each_added_rows_cells_by_verdict():
+    """The summary line of an added row names each cell under the verdict it got, on each
+    side; a cell without runs (mean None) is named nowhere."""
+    from paper import evidence_map_fed as fed
+
+    def side(verdict, mean=0.01):
+        return {"verdict": verdict, "mean": mean}
+
+    d = {
+        "cells": {
+            "a": {
+                "additions": {
+                    "final_accuracy": {"pacfl": {"ripple": side("leads"), "other": side("trails")}}
+                }
+            },
+            "b": {
+                "additions": {
+                    "final_accuracy": {"pacfl": {"ripple": side("trails"), "other": side("trails")}}
+                }
+            },
+            "c": {"additions": {"final_accuracy": {"pacfl": {"ripple": side("leads", None)}}}},
+            "d": {},
+        }
+    }
+    text = fed._where_they_win(d)
+    line = next(x for x in text.splitlines() if x.startswith("- "))
+    assert line == (
+        "- **PACFL**: against Ripple (paper's rule), leads in a; trails in b; "
+        "against the best other method, trails in a, b."
+    )
