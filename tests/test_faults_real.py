@@ -66,6 +66,7 @@ NODES = 2
 # a node that is stopped or dead holds its round for this long.
 SHORT_TIMEOUT = 15.0 * TIMEOUT_SCALE
 STOPPED_TIMEOUT = 20.0 * TIMEOUT_SCALE  # case (b): see there
+RESUME_TIMEOUT = 90.0 * TIMEOUT_SCALE  # case (c): see there
 RECORDS: list[dict] = []
 
 
@@ -132,7 +133,11 @@ def uninterrupted_in_process(cfg: str, results: Path) -> Path:
 
 def test_c_serverapp_killed_after_a_checkpoint_resumes_to_the_uninterrupted_results(dep):
     cut, cache = folders(dep, "cut")
-    cfg = run_config(cut, cache)
+    # The killed ServerApp leaves its round-2 messages behind; the SuperNodes can spend up to
+    # a minute on them (pull-object retries until the SuperLink marks that run finished)
+    # before they see the resumed run's first query, so its round-timeout must outlast that
+    # lag (CI, stop 56: 60 s did not). Healthy rounds never wait for it.
+    cfg = run_config(cut, cache, **{"round-timeout": RESUME_TIMEOUT})
     dep.submit(cfg)
     dep.wait_for("round 1 saved", lambda: saved_round(cut) >= 1, 180)
     server = status_of(cut)["pid"]
