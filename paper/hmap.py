@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from paper.rows import flags
+from paper.rows import flags, left_out
 from paper.variants import map_rows
 from ripple_flwr.experiments.compose import compose, defined_by
 from ripple_flwr.experiments.launch import (
@@ -271,7 +271,8 @@ def markdown(args: argparse.Namespace, cells: Mapping[str, Mapping[str, Any]]) -
         f"{args.rounds} rounds, {base['new-clients']} new clients of {new_size} images per "
         f"run; federation seeds {', '.join(map(str, args.seeds))} (each seed draws the "
         "partitions, D_aux, the splits and the new clients, and seeds the training). Accuracy "
-        f"(%), training clients / new clients zero-shot; cells: {SPREAD}.",
+        f"(%), training clients / new clients zero-shot; cells: {SPREAD}."
+        + left_out({k: v for k, v in dict(args.set).items() if k not in BASE}, ROWS, args.methods),
         "",
         "| cell | " + " | ".join(args.methods) + " |",
         "|---|" + "---|" * len(args.methods),

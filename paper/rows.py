@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from paper.variants import VARIANTS, table2_rows
-from ripple_flwr.experiments.compose import Defined, defined_by
+from ripple_flwr.experiments.compose import Defined, compose, defined_by, unapplied_note
 from ripple_flwr.experiments.runner import Results, log
 from ripple_flwr.experiments.stats import best_k
 from ripple_flwr.methods.registry import METHODS, MethodSpec
@@ -76,6 +76,14 @@ def flags(values: Mapping[str, Any], flag_of: Mapping[str, str] = FLAG_OF) -> De
 def row_keys(rows: Mapping[str, dict], row: str) -> Defined:
     """A table row's run-config keys, owned by the row (choose rows with ``--methods``)."""
     return defined_by(rows[row], f"row {row!r} (choose rows with --methods)")
+
+
+def left_out(user: Mapping[str, Any], rows: Mapping[str, dict], names: Iterable[str]) -> str:
+    """A table title's word on the ``--set`` keys some of its rows do not read (and so run
+    without: :func:`~ripple_flwr.experiments.compose.applied`); "" when every row reads them."""
+    configs = {name: compose(row_keys(rows, name), user) for name in names}
+    note = unapplied_note(dict(user), configs)
+    return f" Left out: {note}." if note else ""
 
 
 def base_config(args: argparse.Namespace, seed: int) -> Defined:

@@ -20,6 +20,7 @@ from paper.rows import (
     base_config,
     flags,
     k_sweep,
+    left_out,
     row_keys,
     run_name,
     spec_of,
@@ -50,7 +51,7 @@ def table1_config(
             }
         ),
     }
-    return compose(defined, args.set)
+    return compose(defined, args.set, shared=("checkpoint",))
 
 
 def table1_run(
@@ -165,7 +166,7 @@ def table1_markdown(
         f"dominant {args.label_kind}, over the hard clients (largest share >= 0.9) / all; "
         "p: the largest over the seeds of its permutation p-value (999 seeded shuffles of the "
         "clusters, sizes kept; below 0.01: above chance at every seed), for runs whose summary "
-        "kept the clusters.",
+        "kept the clusters." + left_out(args.set, TABLE1, rows),
         "",
         f"| method | family | K | final acc. (%) | first round >= {args.target:.0%} "
         f"| bytes/round vs FedAvg | wall (s) | models | ARI vs {args.label_kind}, hard / all "

@@ -22,6 +22,7 @@ from paper.rows import (
     base_config,
     flags,
     k_sweep,
+    left_out,
     row_keys,
     run_name,
     sweep_block,
@@ -85,6 +86,7 @@ def onboard_runs(
                 ),
             },
             args.set,
+            shared=("checkpoint",),
         )
         del cfg["checkpoint-every"], cfg["resume"]
         if trained is None or not trained.is_file():
@@ -199,7 +201,7 @@ def table2_markdown(
     md = [
         f"Table 2: {args.dataset}, {args.clients} training clients, {args.new_clients} new "
         f"clients, {args.rounds} rounds, seeds {seeds}. Zero-shot accuracy (%) of the new "
-        f"clients; cells: {SPREAD}.",
+        f"clients; cells: {SPREAD}." + left_out(args.set, TABLE2, names),
         "",
         "| method | " + " | ".join(f"alpha_train/alpha_test {c}" for c in cols) + " |",
         "|---|" + "---|" * len(cols),

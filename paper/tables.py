@@ -54,6 +54,7 @@ from pathlib import Path
 from paper.rows import FLAG_OF, SWEEP_K, TABLE1, TABLE2
 from paper.table_one import table1
 from paper.table_two import TABLE2_FLAG_OF, table2
+from ripple_flwr.experiments.compose import checkpoint_problem
 from ripple_flwr.experiments.launch import (
     OneLineParser,
     add_execution_flags,
@@ -233,6 +234,10 @@ def check_counts(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             p.error(f"--{flag.replace('_', '-')} {value}: must be a whole number >= 1")
     if getattr(args, "new_clients", 1) < 1:
         p.error(f"--new-clients {args.new_clients}: table2 needs at least 1 new client")
+    # Checked here even when no chosen row reads it (each run leaves it out then).
+    problem = checkpoint_problem(args.checkpoint) if getattr(args, "checkpoint", "") else None
+    if problem:
+        p.error(f"{problem} (set by --checkpoint)")
 
 
 def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = None) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from ripple_flwr.app.flower_internals import set_task_identity
+from ripple_flwr.experiments.compose import applied
 from ripple_flwr.testing.inprocess import InProcessGrid
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -42,7 +43,9 @@ def tiny_run_config(cache_dir: str | Path, **over: Any) -> dict[str, Any]:
         "cache-dir": str(cache_dir),
     }
     cfg.update(over)
-    return cfg
+    # The shared keys apply to the methods that read them (a run refuses a key its method
+    # ignores); a key the test passes itself is kept, so a test can still ask for a refusal.
+    return applied(cfg, [k for k in cfg if k not in over])[0]
 
 
 class FakeGrid(InProcessGrid):

@@ -14,9 +14,11 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.server.strategies.core.flower import flower_kwargs
+from ripple_flwr.experiments.compose import applied
 from ripple_flwr.methods.ripple.optimizer import OPTIMIZERS, ClusterOptimizer, optimizer_kwargs
 from ripple_flwr.settings import ConfigError
 
+# Every optimiser's keys; each run keeps those its optimiser reads (a run refuses the others).
 CFG = {
     "num-partitions": 6,
     "clients-per-round": 3,
@@ -49,7 +51,7 @@ def reply(state: dict[str, np.ndarray]) -> Message:
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_each_cluster_steps_as_flowers_class_on_its_mean_update(name):
-    settings = parse_run_config({**CFG, "cluster-optimizer": name})
+    settings = parse_run_config(applied({**CFG, "cluster-optimizer": name}, CFG)[0])
     grid = OneNode()
     rng = np.random.default_rng(0)
     start = [model(rng), model(rng)]
@@ -84,7 +86,7 @@ def test_each_cluster_steps_as_flowers_class_on_its_mean_update(name):
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_its_saved_state_restores_the_same_next_step(name):
-    settings = parse_run_config({**CFG, "cluster-optimizer": name})
+    settings = parse_run_config(applied({**CFG, "cluster-optimizer": name}, CFG)[0])
     rng = np.random.default_rng(1)
     start = {k: np.stack([v, v + 1]) for k, v in model(rng).items()}
     target = {k: v + 0.3 for k, v in start.items()}

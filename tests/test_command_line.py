@@ -137,7 +137,7 @@ def test_the_maps_protocol_may_change_and_its_title_and_json_say_so(tmp_path, ca
     assert {c["alpha"] for c in fake.configs} == {1.0}  # the cell's, never a --set
 
 
-def test_a_sweep_refuses_a_set_key_it_also_sweeps_or_its_seed(tmp_path):
+def test_a_sweep_refuses_a_set_key_it_also_sweeps_or_its_seed(tmp_path, capsys):
     base = ["--out", str(tmp_path), "--set", "num-partitions=4"]
     for extra, needle in (
         (["--grid", "alpha=0.1,1", "--set", "alpha=0.5"], "--grid"),
@@ -145,7 +145,8 @@ def test_a_sweep_refuses_a_set_key_it_also_sweeps_or_its_seed(tmp_path):
     ):
         with pytest.raises(SystemExit) as stop:
             sweep.main([*base, *extra], train=never_train)
-        assert needle in str(stop.value)
+        assert stop.value.code == 2
+        assert needle in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["tables", "hmap"])

@@ -22,6 +22,7 @@ from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.server.setup import make_engine
 from ripple_flwr.app.server.strategies.core.flower import FlowerMethod, fedopt_kwargs
 from ripple_flwr.app.server.strategies.core.rounds.grid import SampledGrid
+from ripple_flwr.experiments.compose import applied
 from ripple_flwr.methods.registry import MethodInputs, get_method
 
 STATE = {
@@ -85,6 +86,7 @@ def run_method(method: str, rounds: int = 3, **over):
         "fedopt-eta": 0.05,
         **over,
     }
+    cfg = applied(cfg, ["fedopt-eta"])[0]  # for the methods that read it (FedOpt's)
     settings = parse_run_config(cfg)
     clients = LinearClients()
     copies: list[Message] = []

@@ -24,10 +24,10 @@ def silos(tmp_path_factory):
     return write_federation(tmp_path_factory.mktemp("silos"))
 
 
-def local_config(cache_dir, paths, results, **over):
+def local_config(cache_dir, paths, results, method="ripple", **over):
     cfg = tiny_run_config(
         cache_dir,
-        method="ripple",
+        method=method,
         **{
             "client-data": "local",
             "aux-data": str(paths["aux"]),

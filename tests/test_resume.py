@@ -132,7 +132,7 @@ def test_resume_refuses_other_settings_and_damaged_files(cache_dir, tmp_path):
     # A checkpoint written before a key existed (a later method's option) resumes as if that
     # key had its default then; a run that sets it otherwise is refused.
     old = load_server_state(ckpt)
-    del old["settings"]["fedavgm-momentum"]
+    del old["settings"]["strat-order"]
     older = save_server_state(tmp_path / "older.resume.npz", old)
     longer = {
         **other,
@@ -140,8 +140,8 @@ def test_resume_refuses_other_settings_and_damaged_files(cache_dir, tmp_path):
         "resume": str(older),
         "results-path": str(tmp_path / "c.json"),
     }
-    with pytest.raises(ConfigError, match="fedavgm-momentum: checkpoint has 0.9, run has 0.5"):
-        run_server(FakeGrid(longer), {**longer, "fedavgm-momentum": 0.5})
+    with pytest.raises(ConfigError, match="strat-order: checkpoint has .rotation., run has .mass."):
+        run_server(FakeGrid(longer), {**longer, "strat-order": "mass"})
     assert json.loads(run_server(FakeGrid(longer), longer).read_text())["rounds"][-1]["round"] == 3
     data = bytearray(ckpt.read_bytes())
     data[len(data) // 2] ^= 0xFF

@@ -6,14 +6,26 @@ reached here and only here, so a Flower upgrade that moves an internal breaks on
 
 - :data:`ErrorCode` (``flwr.common.constant``): the code of a node's error reply;
 - the task identity (``flwr.supercore.task_identity``) that Flower's runtime sets before a
-  ``Message`` can be built; a one-process federation and the tests set it themselves.
+  ``Message`` can be built; a one-process federation and the tests set it themselves;
+- the simulation's in-memory grid (``flwr.superlink.grid.inmemory_grid``), whose
+  SuperNodes all register when the run starts (:func:`nodes_fixed_at_start`).
 """
 
 from __future__ import annotations
 
 from flwr.common.constant import ErrorCode
 
-__all__ = ["ErrorCode", "ensure_task_identity", "set_task_identity"]
+__all__ = ["ErrorCode", "ensure_task_identity", "nodes_fixed_at_start", "set_task_identity"]
+
+
+def nodes_fixed_at_start(grid: object) -> bool:
+    """Whether ``grid`` is Flower's simulation, where every SuperNode (``num-supernodes``)
+    registers as the run starts and none joins later: the node count that settles is final."""
+    try:
+        from flwr.superlink.grid.inmemory_grid import InMemoryGrid
+    except ImportError:  # pragma: no cover - a Flower that moved it: wait as in deployment
+        return False
+    return isinstance(grid, InMemoryGrid)
 
 
 def ensure_task_identity() -> None:

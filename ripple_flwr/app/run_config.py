@@ -9,6 +9,7 @@ live in its method class (``check_settings``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from ripple_flwr.data import available_datasets, image_shape_of
@@ -39,6 +40,79 @@ def settings_defaults() -> dict[str, Any]:
     return parse_run_config({}).to_dict()
 
 
+# What the GMM-VAE router and its pre-training read: a method without a router reads none.
+ROUTER_KEYS = (
+    "router",
+    "J",
+    "L",
+    "svd-rank",
+    "explained-variance",
+    "embed-size",
+    "checkpoint",
+    "pretrain-bank-size",
+    "pretrain-steps",
+    "pretrain-client-size",
+)
+
+
+@lru_cache(maxsize=1)
+def _defaults() -> dict[str, Any]:
+    return RunSettings.from_run_config({}, registry.all_options()).to_dict()
+
+
+def _readers(ok) -> str:
+    names = [m for m, s in registry.METHODS.items() if ok(s)]
+    return f"read only by method {', '.join(names)}"
+
+
+def unread_keys(settings: RunSettings) -> dict[str, str]:
+    """Keys set away from their default that this run does not read: key -> who reads them.
+
+    A method's option under another method (``cluster-optimizer`` for FedAvg), a key its own
+    method reads only under another setting (Ripple's ``strat-order`` with uniform
+    sampling), the router's keys under a method that has none. (``sampling`` is not one:
+    the baselines sample uniformly, so ``sampling = "uniform"`` describes them.)
+    """
+    spec = registry.get_method(settings.method)
+    values, defaults = settings.to_dict(), _defaults()
+    own = {o.key for o in spec.options}
+    unread: dict[str, str] = {}
+    for opt in registry.all_options():
+        if opt.key not in own:
+            unread[opt.key] = _readers(lambda s, k=opt.key: k in {o.key for o in s.options})
+    if not spec.needs_router:
+        unread.update({k: _readers(lambda s: s.needs_router) for k in ROUTER_KEYS})
+    if spec.unread is not None:
+        unread.update(spec.unread(settings))
+    return {
+        k: why for k, why in unread.items() if k in values and str(values[k]) != str(defaults[k])
+    }
+
+
+def unread_keys_of(run_config: Mapping[str, Any]) -> dict[str, str]:
+    """:func:`unread_keys` of a raw run config; ``{}`` when it does not parse (checked later)."""
+    try:
+        settings = RunSettings.from_run_config(run_config, registry.all_options())
+        registry.get_method(settings.method)
+    except (ConfigError, KeyError):
+        return {}
+    return unread_keys(settings)
+
+
+def check_read(settings: RunSettings) -> None:
+    """Refuse a key set for a method that does not read it: the run would silently ignore it
+    (and its results record a setting it never used)."""
+    unread = unread_keys(settings)
+    if unread:
+        values = settings.to_dict()
+        key = next(iter(unread))
+        more = f" (also {', '.join(list(unread)[1:])})" if len(unread) > 1 else ""
+        raise ConfigError(
+            f"{key}={values[key]!r} is {unread[key]}; this run (method={settings.method!r}) "
+            f"would ignore it{more}: remove it, or set what reads it"
+        )
+
+
 def _choice(key: str, value: str, allowed) -> None:
     if value not in allowed:
         raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
@@ -62,6 +136,7 @@ def check_run(settings: RunSettings, *, method_rules: bool = True) -> None:
     _choice("model", settings.training.model, available_models())
     for opt in spec.options:
         opt.check(opt.of(settings))
+    check_read(settings)
     if method_rules:
         spec.check_settings(settings)
     if settings.embedding.embedding_dp_epsilon:
@@ -156,7 +231,12 @@ def _check_dp(settings: RunSettings, spec) -> None:
 
 
 def check_image_shape(settings: RunSettings, image_shape: tuple[int, ...]) -> None:
-    """Reject a scattering scale J too large for the embedded images (kymatio: 2**J < side)."""
+    """Reject a scattering scale J too large for the embedded images (kymatio: 2**J < side).
+
+    Only a method with a router computes the scattering; the others never read J.
+    """
+    if not registry.get_method(settings.method).needs_router:
+        return
     try:
         validate_scattering(
             tuple(int(s) for s in image_shape),

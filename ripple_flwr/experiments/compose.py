@@ -20,7 +20,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["Defined", "PlanError", "check_runs", "compose", "defined_by"]
+__all__ = [
+    "Defined",
+    "PlanError",
+    "applied",
+    "check_runs",
+    "checkpoint_problem",
+    "compose",
+    "defined_by",
+    "merge_defined",
+    "unapplied_note",
+]
 
 # key -> (value, who defines it and how to change it instead)
 Defined = dict[str, tuple[Any, str]]
@@ -42,15 +52,73 @@ def defined_by(values: Mapping[str, Any], owner: str) -> Defined:
     return {key: (value, owner) for key, value in values.items()}
 
 
+def merge_defined(*parts: Defined) -> Defined:
+    """The keys several owners define, merged; a key two owners define is refused.
+
+    One rule for every command: no owner ever silently overrides another (a ``seed`` in a
+    sweep's ``--grid`` against ``--seeds``, say), so a run is always labelled by what it ran.
+    """
+    merged: Defined = {}
+    refused = []
+    for part in parts:
+        for key, (value, owner) in part.items():
+            if key in merged and merged[key][1] != owner:
+                refused.append(
+                    f"{key} is set by {merged[key][1]} ({merged[key][0]!r}) and by {owner} "
+                    f"({value!r}); set it in one place"
+                )
+                continue
+            merged[key] = (value, owner)
+    if refused:
+        raise PlanError(refused)
+    return merged
+
+
+def applied(cfg: Mapping[str, Any], keys: Iterable[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``cfg`` without those of ``keys`` its method does not read, and why each was left out.
+
+    The tables, the map and sweeps set a ``--set`` key (``cluster-optimizer``, say) on every
+    row; a row whose method does not read it runs without it (a run refuses such a key) and
+    the table's title says so (:func:`unapplied_note`).
+    """
+    from ripple_flwr.app.run_config import unread_keys_of
+
+    unread = unread_keys_of(cfg)
+    left_out = {key: unread[key] for key in keys if key in unread}
+    return {k: v for k, v in cfg.items() if k not in left_out}, left_out
+
+
+def unapplied_note(user: Mapping[str, Any], configs: Mapping[str, Mapping[str, Any]]) -> str:
+    """One sentence for a table's title: each key the command set and the rows that do not
+    read it (so run without it).
+
+    ``user`` maps a key to its value (``None``: a key with several values, a sweep's grid);
+    ``configs`` maps a row's name to one of its run configs (after :func:`compose`).
+    """
+    parts = []
+    for key, value in user.items():
+        skipped = [row for row, cfg in configs.items() if key not in cfg]
+        if skipped:
+            label = key if value is None else f"{key}={value}"
+            parts.append(
+                f"{label} applies only to the rows that read it (not {', '.join(skipped)})"
+            )
+    return "; ".join(parts)
+
+
 def compose(
     defined: Mapping[str, tuple[Any, str]],
     user: Mapping[str, Any],
     protocol: Mapping[str, Any] | None = None,
+    *,
+    shared: Iterable[str] = (),
 ) -> dict[str, Any]:
     """The run config: ``protocol`` defaults, then ``user`` (``--set``), then ``defined``.
 
     A ``user`` key that ``defined`` holds is refused (:class:`PlanError`), naming the key,
-    its owner and the value it keeps.
+    its owner and the value it keeps. A ``user`` key the row's method does not read
+    (another method's option, say) is left out of that row (:func:`applied`), and so is a
+    ``shared`` key the command sets on every row (a table's ``--checkpoint``).
     """
     refused = [
         f"--set {key}={user[key]!r} is refused: {key} is set by {owner} ({value!r}); "
@@ -60,7 +128,8 @@ def compose(
     ]
     if refused:
         raise PlanError(refused)
-    return {**(protocol or {}), **user, **{key: value for key, (value, _) in defined.items()}}
+    cfg = {**(protocol or {}), **user, **{key: value for key, (value, _) in defined.items()}}
+    return applied(cfg, [*user, *shared])[0]
 
 
 def _problem_of(cfg: Mapping[str, Any], loaded: dict[tuple, str | None]) -> str | None:
@@ -84,7 +153,7 @@ def _problem_of(cfg: Mapping[str, Any], loaded: dict[tuple, str | None]) -> str 
     if checkpoint:
         ckey = ("checkpoint", checkpoint)
         if ckey not in loaded:
-            loaded[ckey] = _checkpoint_problem(checkpoint)
+            loaded[ckey] = checkpoint_problem(checkpoint)
         return loaded[ckey]
     return None
 
@@ -99,7 +168,8 @@ def _dataset_problem(name: str, root: str, image_size: int) -> str | None:
     return None
 
 
-def _checkpoint_problem(path: str) -> str | None:
+def checkpoint_problem(path: str) -> str | None:
+    """What is wrong with a router checkpoint file (missing, corrupt), or None."""
     from ripple_flwr.router.checkpoint import load_checkpoint
 
     try:

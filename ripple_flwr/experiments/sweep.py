@@ -26,7 +26,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ripple_flwr.experiments.compose import PlanError, compose, defined_by
+from ripple_flwr.experiments.compose import (
+    PlanError,
+    applied,
+    compose,
+    defined_by,
+    merge_defined,
+    unapplied_note,
+)
 from ripple_flwr.experiments.executor import Outcome
 from ripple_flwr.experiments.launch import (
     OneLineParser,
@@ -47,6 +54,13 @@ __all__ = ["build_parser", "grid_points", "main", "parse_grid", "point_name"]
 Point = dict[str, Any]
 
 
+# Keys a flag of the sweep owns: never a grid key (a grid value would be overridden).
+FLAG_KEYS = {
+    "seed": "give the seeds with --seeds {values} (each grid point runs at every seed)",
+    "results-path": "--out names the folder; each run's file is named after its grid point",
+}
+
+
 def parse_grid(words: list[str]) -> dict[str, list[Any]]:
     """``['method=fedavg,ripple', 'alpha=0.01,0.1']`` as ``{key: [values]}`` (TOML values)."""
     grid: dict[str, list[Any]] = {}
@@ -56,6 +70,9 @@ def parse_grid(words: list[str]) -> dict[str, list[Any]]:
             raise ValueError(f"--grid wants KEY=V1,V2,... words, got {word!r}")
         if key in grid:
             raise ValueError(f"--grid names {key!r} twice")
+        if key in FLAG_KEYS:
+            fix = FLAG_KEYS[key].format(values=" ".join(raw.split(",")))
+            raise ValueError(f"--grid {key}=... is refused: {fix}")
         grid[key] = [run_config_value(f"{key}={v}")[1] for v in raw.split(",")]
     return grid
 
@@ -94,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Refused(ValueError):
+    """A sweep whose runs cannot be planned: one line, exit 2 (as the tables and the map)."""
+
+
 def plan(args: argparse.Namespace, out: Path) -> list[tuple[Point, int, dict[str, Any]]]:
     """(grid point, seed, run config) of every run; each config checked before anything runs."""
     from ripple_flwr.app.run_config import parse_run_config
@@ -104,22 +125,24 @@ def plan(args: argparse.Namespace, out: Path) -> list[tuple[Point, int, dict[str
     for point in grid_points(args.grid_values) or [{}]:
         for seed in args.seeds:
             name = f"{point_name(point)}-seed{seed}.json"
-            defined = {
-                **defined_by(point, "--grid"),
-                **defined_by({"seed": seed}, "the flag --seeds"),
-                **defined_by({"results-path": str(out / name)}, "the flag --out"),
-            }
             try:
-                cfg = compose(defined, fixed)
+                defined = merge_defined(
+                    defined_by(point, "--grid"),
+                    defined_by({"seed": seed}, "the flag --seeds"),
+                    defined_by({"results-path": str(out / name)}, "the flag --out"),
+                )
+                # A grid key a point's method does not read is left out of that point (the
+                # title says so), as --set keys are by compose.
+                cfg = applied(compose(defined, fixed), point)[0]
             except PlanError as err:
-                raise SystemExit(f"ripple-sweep: {err}") from None
+                raise Refused(str(err)) from None
             try:
                 settings = parse_run_config({k: v for k, v in cfg.items() if k != "results-path"})
             except ConfigError as err:
-                raise SystemExit(f"ripple-sweep: {point_name(point)} seed {seed}: {err}") from None
+                raise Refused(f"{point_name(point)} seed {seed}: {err}") from None
             if not settings.data.num_partitions:  # "the nodes that connect": none connect here
-                raise SystemExit(
-                    "ripple-sweep: every run needs its number of clients: "
+                raise Refused(
+                    "every run needs its number of clients: "
                     "--set num-partitions=N (or put num-partitions in --grid)"
                 )
             runs.append((point, seed, cfg))
@@ -172,7 +195,8 @@ def markdown(args: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
     fixed = ", ".join(f"{k}={v}" for k, v in dict(args.set).items()) or "the app's defaults"
     md = [
         f"Sweep over {', '.join(keys) or 'nothing'} ({fixed}), seeds "
-        f"{', '.join(str(s) for s in args.seeds)}. Cells: {SPREAD}.",
+        f"{', '.join(str(s) for s in args.seeds)}. Cells: {SPREAD}."
+        + (f" Left out: {args.unapplied}." if getattr(args, "unapplied", "") else ""),
         "",
         "| "
         + " | ".join([*keys, "final acc. (%)", *(["zero-shot acc. (%)"] * zero_shot)])
@@ -206,7 +230,14 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     out.mkdir(parents=True, exist_ok=True)
     fixed = dict(args.set)
     prepare_server_env(out, str(fixed.get("checkpoint", "")), str(fixed.get("cache-dir", "")))
-    runs = plan(args, out)
+    try:
+        runs = plan(args, out)
+    except Refused as err:
+        p.error(str(err))
+    args.unapplied = unapplied_note(
+        {**dict(args.set), **dict.fromkeys(args.grid_values)},
+        {point_name(point): cfg for point, _, cfg in runs},
+    )
     stamp = machine_stamp()
     runner = make_runner(args, p, out, stamp, train)
 
@@ -225,6 +256,7 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
         {
             "sweep": args.grid_values,
             "set": dict(args.set),
+            "left_out": getattr(args, "unapplied", ""),
             "seeds": args.seeds,
             "interval": SPREAD,
             "machine": stamp,

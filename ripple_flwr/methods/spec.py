@@ -131,6 +131,10 @@ class MethodSpec:
     rank : int
         Where the method sorts among the registered ones (the method tables, the
         configuration reference and ``--methods all`` follow it; ties by name).
+    unread : callable, optional
+        ``settings -> {key: why}``: the keys of its own options the method does not read
+        under these settings (Ripple's ``strat-order`` with uniform sampling); a run that
+        sets one away from its default is refused, a table leaves it out of that row.
     package : str
         The method's folder as a package (``ripple_flwr.methods.ifca``); set by
         :func:`~ripple_flwr.methods.registry.discover` from where ``spec.py`` was found.
@@ -149,6 +153,7 @@ class MethodSpec:
     benchmarks: tuple[str, ...] = ()
     rank: int = 1000
     package: str = ""
+    unread: Callable[[RunSettings], dict[str, str]] | None = None
 
     @property
     def server(self) -> ModuleType:

@@ -61,6 +61,17 @@ def output_root() -> Path:
     return output_folder().expanduser().resolve()
 
 
+def _relative_hint(raw: str, root: Path) -> str:
+    """The relative form of the refusal's example, when the output folder has one."""
+    if Path(raw).expanduser().is_absolute():
+        return ""
+    try:
+        rel = root.relative_to(Path.cwd().resolve())
+    except ValueError:
+        return f" (a relative path resolves against the server's working folder {Path.cwd()})"
+    return f" or '{rel / Path(raw).name}'"
+
+
 def confined_results_path(settings: RunSettings) -> Path:
     """The results file of this run, or a :class:`ConfigError` naming the problem and the fix.
 
@@ -81,10 +92,10 @@ def confined_results_path(settings: RunSettings) -> Path:
     if not path.is_relative_to(root):
         raise ConfigError(
             f"results-path={settings.outputs.results_path!r} resolves to {path}, outside the "
-            "server's "
-            f"output folder {root}. Use a path inside it (a relative path such as "
-            f"'outputs/run.json'), or, on the machine that runs the server, set "
-            f"{OUTPUT_DIR_ENV} to the folder results may be written to."
+            f"server's output folder {root}. Use a path inside it, e.g. "
+            f"results-path='{root / path.name}'{_relative_hint(raw, root)}, or, on the "
+            f"machine that runs the server, set {OUTPUT_DIR_ENV} to the folder results may "
+            "be written to."
         )
     if path.suffix != ".json":
         raise ConfigError(f"results-path must name a .json file, got {path.name!r}")

@@ -17,6 +17,7 @@ import numpy as np
 from flwr.serverapp import Grid
 
 from ripple_flwr import data as data_package
+from ripple_flwr.app.flower_internals import nodes_fixed_at_start
 from ripple_flwr.app.protocol.records import mechanism_records, state_to_record
 from ripple_flwr.app.run_config import (
     check_image_shape,
@@ -38,6 +39,7 @@ from ripple_flwr.app.server.strategies.core.evaluation.zero_shot import onboard_
 from ripple_flwr.app.server.strategies.core.roster.claims import load_partition_map
 from ripple_flwr.app.server.strategies.core.roster.node_wait import (
     NotEnoughClientsError,
+    wait_for_nodes,
     wait_for_settled_nodes,
 )
 from ripple_flwr.data.images import ImageFormatError
@@ -58,6 +60,7 @@ log = logging.getLogger("flwr.ripple")
 # Stages of a run (in <results>.status) that expected_failure tells apart.
 CONFIG_STAGE = "checking the run config"
 DATA_STAGE = "loading the data"
+ROUTER_STAGE = "loading or pre-training the router"
 _DATA_PACKAGE = Path(data_package.__file__).resolve().parent
 _REPORTED = "_ripple_reported_line"  # set on an expected failure once it is logged
 
@@ -123,9 +126,21 @@ def settle_partitions(grid: Grid, settings: RunSettings) -> RunSettings:
 
     The benchmark partitions are then built for that many nodes (less the new
     clients); each simulated node builds the same from its own node config's
-    ``num-partitions``. An explicit ``num-partitions`` is returned unchanged.
+    ``num-partitions``. An explicit ``num-partitions`` is returned unchanged once that many
+    nodes are connected (:class:`NotEnoughClientsError` if they never are).
     """
     if not settings.data.partitions_from_nodes:
+        # Too few nodes is found here, before the data, the router's pre-training or the
+        # query round: one line within node-wait-timeout (in simulation, once the count of
+        # SuperNodes has settled: a few seconds).
+        wait_for_nodes(
+            grid,
+            settings.data.num_partitions,
+            settings.robustness.node_wait_timeout,
+            allowed=settings.data.total_partitions,
+            local=settings.data.client_data == "local",
+            final_once_settled=nodes_fixed_at_start(grid),
+        )
         return settings
     nodes = wait_for_settled_nodes(grid, settings.robustness.node_wait_timeout)
     resolved = settings.with_nodes(nodes)
@@ -175,8 +190,10 @@ def prepare_run(
     t0 = time.perf_counter()
     router, checkpoint_info, ckpt = None, None, None
     if get_method(settings.method).needs_router:
+        stage["stage"] = ROUTER_STAGE
         ckpt, checkpoint_info = resolve_checkpoint(settings, data.image_shape, data.classes_hash)
         router = ckpt.router(settings.embedding.router)
+        stage["stage"] = before
     pretrain_seconds = time.perf_counter() - t0
 
     state = initial_state(settings, data.image_shape, data.num_classes)
@@ -250,8 +267,8 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
             results_path = _failed_run_path(run_config)
         _report_failure(err, stage["stage"], results_path)
         raise
+    stage = LiveStage(results_path, folders)
     stage["stage"] = "starting"
-    write_status(results_path, "running", **stage, folders=folders)
     try:
         path = _run_server(grid, settings, results_path, resume_file, folders, stage, t_start)
     except BaseException as err:
@@ -259,6 +276,22 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> Path:
         raise
     write_status(results_path, "completed", stage="done", folders=folders)
     return path
+
+
+class LiveStage(dict):
+    """``{"stage": ...}`` that rewrites ``<results>.status`` (``running``) whenever the stage
+    changes, so ``ripple-status`` says where a running run is (waiting for nodes,
+    pre-training, rounds...), not ``starting`` for the whole run."""
+
+    def __init__(self, results_path: Path, folders: dict[str, Any]) -> None:
+        super().__init__()
+        self.results_path, self.folders = results_path, folders
+
+    def __setitem__(self, key: str, value: str) -> None:
+        changed = self.get(key) != value
+        super().__setitem__(key, value)
+        if changed:
+            write_status(self.results_path, "running", stage=value, folders=self.folders)
 
 
 # -- failures ------------------------------------------------------------------------------
@@ -296,14 +329,12 @@ def expected_failure(err: BaseException, stage: str) -> bool:
     each with the fix in its message); while the run's data loads, the data layer's own
     errors: a missing or unreadable dataset (:class:`FileNotFoundError` and the other
     ``OSError``, ``ValueError`` and ``RuntimeError`` the data layer raises with the fix,
-    :class:`LocalDataError`, :class:`ImageFormatError`); while waiting for the nodes, too
-    few of them (:class:`NotEnoughClientsError`). Anything else is unexpected and keeps
-    its traceback.
+    :class:`LocalDataError`, :class:`ImageFormatError`); at any stage, too few nodes or
+    usable clients (:class:`NotEnoughClientsError`, its message names the fix). Anything
+    else is unexpected and keeps its traceback.
     """
-    if isinstance(err, ConfigError):
+    if isinstance(err, ConfigError | NotEnoughClientsError):
         return True
-    if stage == "waiting for nodes":
-        return isinstance(err, NotEnoughClientsError)
     if stage == DATA_STAGE:
         if isinstance(err, LocalDataError | ImageFormatError):
             return True

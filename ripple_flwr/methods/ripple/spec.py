@@ -8,7 +8,7 @@ from __future__ import annotations
 from ripple_flwr.methods import options as o
 from ripple_flwr.methods.fedavgm.spec import FEDAVGM_MOMENTUM
 from ripple_flwr.methods.spec import MethodSpec
-from ripple_flwr.settings import Option
+from ripple_flwr.settings import Option, RunSettings
 
 RIPPLE_STRAT_ORDER = Option(
     "strat-order",
@@ -40,6 +40,29 @@ OPTIMIZER_OPTIONS = (
     FEDAVGM_MOMENTUM,
 )
 
+# What each cluster-optimizer value reads of OPTIMIZER_OPTIONS (besides itself).
+OPTIMIZER_READS = {
+    "none": (),
+    "fedyogi": ("fedopt-eta", "fedopt-beta1", "fedopt-beta2", "fedopt-tau"),
+    "fedadam": ("fedopt-eta", "fedopt-beta1", "fedopt-beta2", "fedopt-tau"),
+    "fedavgm": (FEDAVGM_MOMENTUM.key,),
+}
+
+
+def unread(settings: RunSettings) -> dict[str, str]:
+    """Ripple's own keys it does not read under these settings: ``strat-order`` without the
+    stratified sampler, an optimiser's keys under another ``cluster-optimizer``."""
+    out: dict[str, str] = {}
+    if settings.training.sampling != "stratified":
+        out[RIPPLE_STRAT_ORDER.key] = "read only with sampling='stratified' (Ripple-Strat)"
+    chosen = CLUSTER_OPTIMIZER.of(settings)
+    for opt in OPTIMIZER_OPTIONS[1:]:
+        if opt.key not in OPTIMIZER_READS.get(chosen, ()):
+            users = [name for name, keys in OPTIMIZER_READS.items() if opt.key in keys]
+            out[opt.key] = f"read only with cluster-optimizer={' or '.join(map(repr, users))}"
+    return out
+
+
 SPECS = (
     MethodSpec(
         "ripple",
@@ -51,6 +74,7 @@ SPECS = (
         routing_weights=True,
         family="ripple",
         options=(RIPPLE_STRAT_ORDER, *OPTIMIZER_OPTIONS),
+        unread=unread,
         benchmarks=("table2", "map"),
     ),
     MethodSpec(
@@ -63,6 +87,7 @@ SPECS = (
         needs_truth=True,
         family="ripple",
         options=(RIPPLE_STRAT_ORDER, *OPTIMIZER_OPTIONS),
+        unread=unread,
         benchmarks=("map",),
     ),
 )

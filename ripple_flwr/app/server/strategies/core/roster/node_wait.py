@@ -33,18 +33,27 @@ def wait_for_nodes(
     hint_every: float = 10.0,
     allowed: int | None = None,
     local: bool = False,
+    final_once_settled: bool = False,
+    settle: float = NODE_SETTLE_SECONDS,
 ) -> list[int]:
     """Node ids once ``expected`` nodes are connected; a clear error after ``timeout`` s.
 
     ``allowed`` (default ``expected``) is how many nodes the run can use at
     most (training plus new clients); more than that gets a warning. ``local``:
     the nodes bring their own data (the hint says how to start one).
+    ``final_once_settled`` (Flower's simulation, where every SuperNode registers as the run
+    starts): a count that has not changed for ``settle`` s is final, and too few is the
+    same error at once rather than after ``timeout``.
     """
     start = time.monotonic()
     last_hint = start
     allowed = expected if allowed is None else allowed
+    count, since = -1, start
     while True:
         nodes = [int(n) for n in grid.get_node_ids()]
+        if len(nodes) != count:
+            count, since = len(nodes), time.monotonic()
+        settled = final_once_settled and count > 0 and time.monotonic() - since >= settle
         if len(nodes) >= expected:
             if len(nodes) > allowed:
                 log.warning(
@@ -55,6 +64,12 @@ def wait_for_nodes(
                 )
             return sorted(nodes)
         now = time.monotonic()
+        if settled:
+            raise NotEnoughClientsError(
+                f"the simulation has {len(nodes)} SuperNodes but the run needs {expected} "
+                f"(num-partitions + new-clients = {allowed}): flwr run . --federation-config "
+                f"'num-supernodes={allowed}', or lower num-partitions (0 = the nodes there are)"
+            )
         if now - start >= timeout and local:
             raise NotEnoughClientsError(
                 f"only {len(nodes)} of the expected {expected} nodes connected within "
