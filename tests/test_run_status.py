@@ -165,7 +165,7 @@ def test_a_missing_dataset_is_one_line_at_the_data_stage(root, tmp_path, monkeyp
     monkeypatch.setenv("RIPPLE_FASHION_MNIST_DIR", str(empty))
     results = root / "fm.json"
     cfg = config(root, dataset="fashion-mnist", **{"results-path": str(results)})
-    err = failing_run(cfg)
+    err = failing_run(cfg, FakeGrid(cfg))  # enough nodes: the data stage is reached
     assert isinstance(err, FileNotFoundError)
     status = json.loads(status_path(results).read_text())
     assert status["status"] == "failed" and status["stage"] == "loading the data"
@@ -182,7 +182,8 @@ def test_an_unexpected_error_keeps_its_traceback(root, monkeypatch, ripple_log):
 
     monkeypatch.setattr(run_module, "resolve_run_data", broken)
     results = root / "bug.json"
-    err = failing_run(config(root, **{"results-path": str(results)}))
+    cfg = config(root, **{"results-path": str(results)})
+    err = failing_run(cfg, FakeGrid(cfg))
     assert isinstance(err, ZeroDivisionError) and reported_failure(err) is None
     assert not [line for line in ripple_log if line.startswith("ERROR")]  # Flower logs it
     status = json.loads(status_path(results).read_text())

@@ -129,6 +129,33 @@ def check_outputs(args: argparse.Namespace, out: Path) -> None:
         raise ValueError(f"--out and --json are the same file {out}; give them different names")
 
 
+def check_exports(run: Path) -> None:
+    """A missing ``<results>.run.pt`` of a run whose method saves none: that, in one line.
+
+    A method whose registry entry exports ``none`` (PACFL, FedGWC, IFCA...) scores its new
+    clients inside the run (``zero_shot`` in its results) and writes no saved run; the
+    generic "a run saves it when it finishes" would send the user looking for a file that
+    will never be there.
+    """
+    if run.exists() or not run.name.endswith(".run.pt"):
+        return
+    results = run.with_name(run.name[: -len(".run.pt")] + ".json")
+    try:
+        method = json.loads(results.read_text())["settings"]["method"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    from ripple_flwr.methods.registry import METHODS
+
+    spec = METHODS.get(method)
+    if spec is not None and spec.exports == "none":
+        savers = ", ".join(m for m, s in METHODS.items() if s.exports != "none")
+        raise FileNotFoundError(
+            f"{run} does not exist: method={method!r} ({results.name}) saves no run for "
+            "onboarding outside it (its new clients are scored in the run: zero_shot in the "
+            f"results); onboard.py reads the runs of {savers}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
@@ -141,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         check_outputs(args, out)
         from ripple_flwr.runs.onboarding import Onboarder, save_model  # torch: after the flags
 
+        check_exports(Path(args.run).expanduser())  # a method that saves none: say so
         onboarder = Onboarder.from_path(args.run, device=args.device)
         images = load_images(images_path, tuple(onboarder.run.image_shape))
         t0 = time.perf_counter()

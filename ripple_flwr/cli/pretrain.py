@@ -327,6 +327,18 @@ def _one_class(aux_data: str, classes: tuple[str, ...]) -> None:
 def _check_data(a: argparse.Namespace) -> None:
     """Options that depend on the dataset: J vs the image, D_aux vs the labels and the pool."""
     source = f"--aux-data {a.aux_data}" if a.aux_data else f"--dataset {a.dataset}"
+    if a.data_root and not a.aux_data:  # before a loader blames the network or makes it
+        root = Path(a.data_root).expanduser()
+        if root.exists() and not root.is_dir():
+            raise UsageError(
+                f"--data-root {a.data_root} is a file; give the folder that holds the "
+                f"dataset's files (or leave --data-root out for {a.dataset}'s default)"
+            )
+        if not root.exists():
+            raise UsageError(
+                f"--data-root {a.data_root} does not exist; give the folder that holds the "
+                f"dataset's files (or leave --data-root out for {a.dataset}'s default)"
+            )
     try:
         if a.aux_data:  # the server's own files, read as the run reads them
             dataset = aux_source(settings_from_args(a))

@@ -69,14 +69,37 @@ def find_status(target: str | Path | None = None) -> Path:
                 "or ./outputs of the process that started the SuperLink; give that folder)"
             )
         return files[0].resolve()
+    if path.is_symlink() and not path.exists():
+        raise StatusNotFound(
+            f"{path} is a symbolic link that leads nowhere (a loop, or its target is gone): "
+            "give the .status, .json or folder itself"
+        )
     if path.suffix not in (SUFFIX, ".json") and not path.exists():
         raise StatusNotFound(f"{path}: no such file or folder (give a .status, .json or folder)")
     if path.is_file() and path.suffix not in (SUFFIX, ".json"):
         raise StatusNotFound(f"{path} is neither a .status file nor a results .json (nor a folder)")
     candidate = path if path.suffix == SUFFIX else status_path(path)
     if not candidate.is_file():
+        if path.suffix == ".json" and results_status(path) is not None:
+            return path.resolve()  # a finished results file says how its run ended
         raise StatusNotFound(f"{candidate} does not exist (no run wrote a status there)")
     return candidate.resolve()
+
+
+def results_status(path: Path) -> dict[str, Any] | None:
+    """The status a results ``.json`` records of its run (a finished run writes one), with
+    where it came from; ``None`` if ``path`` is not a readable results file."""
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(results, dict) or "status" not in results or "settings" not in results:
+        return None
+    return {
+        "status": results["status"],
+        "stage": f"done (read from the results file: no {status_path(path).name} beside it)",
+        "results": str(path),
+    }
 
 
 def read_status(path: Path) -> dict[str, Any]:
@@ -207,7 +230,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 codes.append(exit_code(status))
             return codes[0]
         path = find_status(args.path)
-        status = read_status(path)
+        status = results_status(path) if path.suffix == ".json" else read_status(path)
+        if status is None:  # pragma: no cover - find_status returned it as one
+            raise StatusNotFound(f"{path} is not a results file")
     except StatusNotFound as err:
         print(f"ripple-status: {err}", file=sys.stderr)
         return EXIT_NOT_FOUND

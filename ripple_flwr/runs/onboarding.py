@@ -188,7 +188,7 @@ class Onboarder:
             raise ValueError(
                 f"images have shape {np.shape(images)} but this run's model takes images of "
                 f"shape (N, {', '.join(map(str, shape))})"
-                + (" or (N, H, W)" if shape[0] == 1 else "")
+                + (f" or (N, {shape[1]}, {shape[2]})" if shape[0] == 1 else "")
             )
         if len(x) == 0:
             raise ValueError("no images: a client needs at least one (two for an embedding)")

@@ -35,6 +35,9 @@ DERIVED_PREFIXES = (ROTATED_PREFIX, PERMUTED_PREFIX)
 # The largest Dirichlet concentration (alpha, alpha-new): Dir(1e6) mixtures are uniform to
 # about 0.1 %, IID in effect; far larger ones (1e308) overflow numpy's sampler.
 MAX_ALPHA = 1e6
+# Below this many test images per new client the results warn that a zero-shot score is
+# noisy (a client's accuracy moves in steps of 1/n).
+MIN_ZERO_SHOT_TEST_IMAGES = 20
 
 
 def base_dataset_name(name: str) -> str:
@@ -159,6 +162,13 @@ class DataSettings(_Group):
     def _check(self) -> None:
         if self.channels == 2:
             raise ConfigError("channels must be 1 (grey), 3 (RGB) or 0 (the data's own), got 2")
+        if self.new_partition_size == 1:
+            raise ConfigError(
+                "new-partition-size=1 leaves a new client no test image (each needs one to "
+                "train its summary on and one to score): use 0 (= partition-size) or >= 2; "
+                f"at least {MIN_ZERO_SHOT_TEST_IMAGES} test images per client give a steadier "
+                "zero-shot figure"
+            )
 
     @property
     def base_dataset(self) -> str:

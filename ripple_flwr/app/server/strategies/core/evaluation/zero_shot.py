@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from flwr.serverapp import Grid
+from ripple_flwr.settings.groups import MIN_ZERO_SHOT_TEST_IMAGES
 
 from ripple_flwr.app.server.strategies.core.evaluation.scoring import (
     best_by_loss,
@@ -24,6 +25,17 @@ from ripple_flwr.app.server.strategies.core.evaluation.scoring import (
 )
 
 log = logging.getLogger("flwr.ripple")
+
+
+def test_images(scores: list[Any]) -> dict[str, int]:
+    """The zero-shot test images per new client that answered: min, median, max, total."""
+    counts = sorted(int(c.num_examples) for c in scores) or [0]
+    return {
+        "min": counts[0],
+        "median": counts[len(counts) // 2],
+        "max": counts[-1],
+        "total": int(sum(counts)),
+    }
 
 
 def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
@@ -73,6 +85,16 @@ def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
             "evaluation_seconds": time.perf_counter() - t0,
         }
     )
+    rec["test_images_per_client"] = test_images(per_client)
+    if per_client and rec["test_images_per_client"]["min"] < MIN_ZERO_SHOT_TEST_IMAGES:
+        log.warning(
+            "zero-shot: new clients hold %d to %d test images each (fewer than %d): each "
+            "client's score moves in steps of 1/n; raise new-partition-size for a steadier "
+            "figure",
+            rec["test_images_per_client"]["min"],
+            rec["test_images_per_client"]["max"],
+            MIN_ZERO_SHOT_TEST_IMAGES,
+        )
     if uniform:
         rec["routed_uniformly"] = uniform
         log.warning(
