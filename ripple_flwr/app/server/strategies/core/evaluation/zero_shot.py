@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 from flwr.serverapp import Grid
-from ripple_flwr.settings.groups import MIN_ZERO_SHOT_TEST_IMAGES
 
 from ripple_flwr.app.server.strategies.core.evaluation.scoring import (
     best_by_loss,
     evaluate_on,
     score_stats,
 )
+from ripple_flwr.settings.groups import MIN_ZERO_SHOT_TEST_IMAGES
 
 log = logging.getLogger("flwr.ripple")
 
