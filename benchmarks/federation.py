@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from ripple_flwr.app.server.run import run_server  # noqa: E402
+from ripple_flwr.experiments.compose import applied  # noqa: E402
 from ripple_flwr.runs.outputs import OUTPUT_DIR_ENV  # noqa: E402
 from ripple_flwr.settings import CACHE_DIR_ENV  # noqa: E402
 from ripple_flwr.testing.inprocess import InProcessGrid  # noqa: E402
@@ -64,6 +65,7 @@ def run(method: str, rounds: int, cache_dir: str, out: Path, k: int = 10) -> dic
         "cache-dir": cache_dir,
         "results-path": str(out / f"{method}-k{k}.json"),
     }
+    cfg = applied(cfg, ["pretrain-bank-size", "pretrain-steps"])[0]  # the router's: Ripple's
     os.environ[OUTPUT_DIR_ENV] = str(out.resolve())  # this script is the server
     path = run_server(InProcessGrid(cfg, keep_traffic=False), cfg)
     return json.loads(path.read_text())

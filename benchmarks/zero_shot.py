@@ -43,6 +43,7 @@ from ripple_flwr.aggregation.mixing import unstack  # noqa: E402
 from ripple_flwr.app.run_config import parse_run_config
 from ripple_flwr.app.server.run import run_server  # noqa: E402
 from ripple_flwr.data.cache import cached_federation  # noqa: E402
+from ripple_flwr.experiments.compose import applied  # noqa: E402
 from ripple_flwr.runs.onboarding import Onboarder  # noqa: E402
 from ripple_flwr.runs.outputs import CHECKPOINT_DIR_ENV  # noqa: E402
 from ripple_flwr.runs.results import client_stats, finished_results, hard_ari  # noqa: E402
@@ -201,6 +202,7 @@ def rotated(args, out: Path) -> dict:
         row = {}
         for method in ("ripple-strat", "fedavg"):
             c = {**cfg, **METHODS[method], "results-path": str(out / f"{name}-{method}.json")}
+            c = applied(c, ["pretrain-bank-size", "pretrain-steps"])[0]  # read by Ripple only
             res = run(c)
             row[f"acc_{method}"] = res["final_accuracy"]
             if method == "ripple-strat":
