@@ -32,12 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 from runs import write_json_line  # noqa: E402
 
-import ripple_flwr.app.server.strategies.core.replies.defences as accepting  # noqa: E402
+import ripple_flwr.app.server.replies.defences as accepting  # noqa: E402
 from ripple_flwr.aggregation.robust import state_norm  # noqa: E402
 from ripple_flwr.app.run_config import parse_run_config  # noqa: E402
 from ripple_flwr.app.server.run import run_server  # noqa: E402
 from ripple_flwr.app.server.run_data import RunData  # noqa: E402
-from ripple_flwr.app.server.setup import build_strategy, initial_state, resolve_checkpoint  # noqa: E402
+from ripple_flwr.app.server.setup import build_engine, initial_state, resolve_checkpoint  # noqa: E402
 from ripple_flwr.data.cache import cached_federation  # noqa: E402
 from ripple_flwr.testing.inprocess import InProcessGrid  # noqa: E402
 
@@ -104,7 +104,7 @@ def embedding_run(dataset: str, alpha: float, clients: int) -> dict:
     ckpt, _ = resolve_checkpoint(settings, data.image_shape, data.classes_hash)
     router = ckpt.router(settings.embedding.router)
     state = initial_state(settings, data.image_shape, data.num_classes)
-    strategy = build_strategy(settings, state, data, router)
+    strategy = build_engine(settings, state, data, router)
     strategy.prepare(InProcessGrid(cfg, keep_traffic=False))
     phi = strategy.clients.features.astype(np.float64)
     mean = router.model.feature_mean.double().numpy()

@@ -139,14 +139,14 @@ def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     memory = TreeMemory(limit_gb=args.abort_above_gb, on_limit=lambda m: abort(args, m, clock))
     clock = PhaseClock(memory)
     memory.start()
-    build = server.build_strategy
+    build = server.build_engine
 
     def build_instrumented(*a: Any, **k: Any) -> Any:
         strategy = build(*a, **k)
         clock.instrument(strategy)
         return strategy
 
-    server.build_strategy = build_instrumented
+    server.build_engine = build_instrumented
     cfg = run_config(args, out)
     memory.mark("setup")
     t0 = time.perf_counter()
@@ -160,7 +160,7 @@ def measure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         if profile is not None:
             profile.disable()
             profile.dump_stats(args.profile)
-        server.build_strategy = build
+        server.build_engine = build
     total = time.perf_counter() - t0
     results_s = time.perf_counter() - clock.last_exit
     by_phase = memory.stop()

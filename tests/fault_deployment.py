@@ -32,7 +32,7 @@ from conftest import (
     write_cli_config,
 )
 
-from ripple_flwr.runs.resume import load_server_state
+from ripple_flwr.app.server.resume.file import load_server_state
 
 MARKER = "RF_FAULT_DEPLOYMENT"
 

@@ -10,8 +10,8 @@ from conftest import FakeGrid, tiny_run_config
 from silos import write_federation
 from test_resume import CrashingGrid, comparable
 
+from ripple_flwr.app.server.resume.file import load_server_state
 from ripple_flwr.app.server.run import run_server
-from ripple_flwr.runs.resume import load_server_state
 from ripple_flwr.settings import ConfigError
 
 BASE = {"method": "fedavg", "num-server-rounds": 5, "checkpoint-every": 1, "eval-every": 2}

@@ -9,11 +9,11 @@ import time
 import pytest
 from conftest import FakeGrid, tiny_run_config
 
-from ripple_flwr.app.server.run import run_server
-from ripple_flwr.app.server.strategies.core.roster.node_wait import (
+from ripple_flwr.app.server.roster.node_wait import (
     NotEnoughClientsError,
     wait_for_settled_nodes,
 )
+from ripple_flwr.app.server.run import run_server
 from ripple_flwr.runs.results import status_path
 from ripple_flwr.settings import ConfigError, RunSettings
 

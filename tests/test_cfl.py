@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from ripple_flwr.app.run_config import parse_run_config
+from ripple_flwr.app.server.replies.validation import Accepted
+from ripple_flwr.app.server.roster.query import QueryResult
 from ripple_flwr.app.server.setup import make_engine
-from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
-from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
 from ripple_flwr.methods.cfl.server import first_split_round
 from ripple_flwr.methods.registry import MethodInputs, get_method
 

@@ -20,8 +20,8 @@ from ripple_flwr.app.client.candidates import lowest_loss
 from ripple_flwr.app.protocol.candidates import payload_records, split_candidates
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
+from ripple_flwr.app.server.evaluation.zero_shot import onboard_new_clients
 from ripple_flwr.app.server.setup import make_engine
-from ripple_flwr.app.server.strategies.core.evaluation.zero_shot import onboard_new_clients
 from ripple_flwr.methods.registry import MethodInputs, get_method
 from ripple_flwr.runs.results import arrayrecord_nbytes
 from ripple_flwr.settings import ConfigError

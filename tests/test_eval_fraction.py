@@ -9,8 +9,8 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.server.strategies.core.base import Engine
-from ripple_flwr.app.server.strategies.core.evaluation.rounds import eval_sample
+from ripple_flwr.app.server.engine import Engine
+from ripple_flwr.app.server.evaluation.rounds import eval_sample
 from ripple_flwr.methods.local.server import LocalOnlyMethod
 from ripple_flwr.methods.ripple.server import RippleMethod
 from ripple_flwr.settings import ConfigError

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ripple_flwr.app.server.strategies.core.replies import defences
+from ripple_flwr.app.server.replies import defences
 from ripple_flwr.data import registry as datasets
 from ripple_flwr.methods import registry as methods
 

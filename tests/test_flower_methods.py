@@ -19,9 +19,9 @@ from flwr.serverapp import strategy as flower
 from ripple_flwr.aggregation.mixing import uniform_sample
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
+from ripple_flwr.app.server.bases.flower import FlowerMethod, fedopt_kwargs
+from ripple_flwr.app.server.rounds.grid import SampledGrid
 from ripple_flwr.app.server.setup import make_engine
-from ripple_flwr.app.server.strategies.core.flower import FlowerMethod, fedopt_kwargs
-from ripple_flwr.app.server.strategies.core.rounds.grid import SampledGrid
 from ripple_flwr.experiments.compose import applied
 from ripple_flwr.methods.registry import MethodInputs, get_method
 

@@ -22,10 +22,10 @@ from ripple_flwr.aggregation.descriptors import (
     model_dims,
     projection,
 )
+from ripple_flwr.app.server.resume.file import load_server_state
 from ripple_flwr.app.server.run import run_server
 from ripple_flwr.methods.flux.descriptors import DESCRIBE_TYPE, read_descriptor_reply
 from ripple_flwr.runs.results import message_nbytes
-from ripple_flwr.runs.resume import load_server_state
 from ripple_flwr.training.latent import latent_features
 from ripple_flwr.training.models import build_model, get_state
 

@@ -7,7 +7,7 @@ import math
 from conftest import FakeGrid
 from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 
-from ripple_flwr.app.server.strategies.core.rounds.grid import TTL_MARGIN, send_and_receive
+from ripple_flwr.app.server.rounds.grid import TTL_MARGIN, send_and_receive
 
 
 def echo(msg: Message, context) -> Message:

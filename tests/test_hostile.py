@@ -130,7 +130,7 @@ def test_an_out_of_range_embedding_cannot_pick_a_cluster(tiny_checkpoint, cache_
 def test_huge_updates_never_reach_ripples_cluster_models(cache_dir):
     from ripple_flwr.app.protocol.records import state_to_record
     from ripple_flwr.app.run_config import parse_run_config
-    from ripple_flwr.app.server.setup import build_strategy, initial_state
+    from ripple_flwr.app.server.setup import build_engine, initial_state
     from ripple_flwr.data.cache import cached_federation
 
     stacked = {}
@@ -139,7 +139,7 @@ def test_huge_updates_never_reach_ripples_cluster_models(cache_dir):
         settings = parse_run_config(cfg)
         fed = cached_federation(settings)
         state = initial_state(settings, fed.dataset.image_shape, fed.dataset.num_classes)
-        strategy = build_strategy(settings, state, fed)
+        strategy = build_engine(settings, state, fed)
         grid = FakeGrid(cfg, faults=None if fault is None else {BAD: fault})
         strategy.start(grid, state_to_record(state), num_rounds=2)
         stacked[name] = strategy.method.stacked
@@ -323,7 +323,7 @@ def test_when_every_client_is_left_out_rounds_send_nothing_and_the_run_ends(cach
 @pytest.mark.parametrize("method", ["ifca", "fesem", "cfl"])
 def test_huge_updates_never_reach_the_clustered_baselines_models(method, cache_dir):
     from ripple_flwr.app.protocol.records import state_to_record
-    from ripple_flwr.app.server.setup import build_strategy, initial_state
+    from ripple_flwr.app.server.setup import build_engine, initial_state
     from ripple_flwr.data.cache import cached_federation
 
     cfg = tiny_run_config(
@@ -332,7 +332,7 @@ def test_huge_updates_never_reach_the_clustered_baselines_models(method, cache_d
     settings = parse_run_config(cfg)
     fed = cached_federation(settings)
     state = initial_state(settings, fed.dataset.image_shape, fed.dataset.num_classes)
-    strategy = build_strategy(settings, state, fed)
+    strategy = build_engine(settings, state, fed)
     grid = FakeGrid(cfg, faults={BAD: faults.FAULTS["huge-weights"]()})
     strategy.start(grid, state_to_record(state), num_rounds=2)
     for r in strategy.ledger.rounds:

@@ -11,7 +11,7 @@ from ripple_flwr.aggregation.clustering import redraw_until_balanced
 from ripple_flwr.app.protocol.candidates import split_candidates
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.server.strategies.core.base import Engine
+from ripple_flwr.app.server.engine import Engine
 from ripple_flwr.methods.ifca.server import IFCAMethod
 from ripple_flwr.runs.results import arrayrecord_nbytes
 

@@ -166,27 +166,37 @@ def test_the_package_never_imports_the_paper_folder():
     assert not found, f"the package imports paper/, which the wheel does not hold: {found}"
 
 
-# Inside the strategies: core's concern subpackages sit under the bases a method builds on,
-# and nothing in core imports a method's own module.
-CORE = "ripple_flwr.app.server.strategies.core"
-CORE_CONCERNS = ("rounds", "roster", "replies", "state", "evaluation")
-CORE_BASES = ("base", "flower", "global_model", "clustered")
+# The server by owner: the engine (engine.py) and its collaborators, one folder each, under
+# the bases a method builds on (bases/); nothing of the engine's names a method.
+SERVER = "ripple_flwr.app.server"
+COLLABORATORS = ("rounds", "roster", "replies", "resume", "evaluation")
+BASES = ("engine", "bases.flower", "bases.global_model", "bases.clustered")
 
 
-def test_core_concerns_sit_under_the_bases_and_core_names_no_method():
-    concerns = [m for m in MODULES if m.split(".")[5:6] and m.split(".")[5] in CORE_CONCERNS]
-    assert {m.split(".")[5] for m in concerns if m.startswith(CORE + ".")} == set(CORE_CONCERNS)
-    bases = {f"{CORE}.{b}" for b in CORE_BASES}
+def test_the_collaborators_sit_under_the_bases_and_the_engine_names_no_method():
+    concerns = [m for m in MODULES if m.split(".")[3:4] and m.split(".")[3] in COLLABORATORS]
+    assert {m.split(".")[3] for m in concerns} == set(COLLABORATORS)
+    bases = {f"{SERVER}.{b}" for b in BASES}
     assert bases <= set(MODULES)
     upward = {m: sorted(GRAPH[m] & bases) for m in concerns if GRAPH[m] & bases}
-    assert not upward, f"core's concerns import the bases above them: {upward}"
+    assert not upward, f"the engine's collaborators import the bases above them: {upward}"
     named = {
         m: sorted(t for t in GRAPH[m] if layer(t) in ("method_server", "method_client"))
-        for m in MODULES
-        if m == CORE or m.startswith(CORE + ".")
+        for m in [*concerns, *bases]
     }
     named = {m: t for m, t in named.items() if t}
-    assert not named, f"core imports a method's module: {named}"
+    assert not named, f"the engine imports a method's module: {named}"
+
+
+def test_no_module_lies_more_than_four_folders_deep_and_no_strategies_folder():
+    package = PACKAGE
+    deep = [
+        str(p.relative_to(package.parent))
+        for p in package.rglob("*.py")
+        if len(p.relative_to(package.parent).parts) - 1 > 4
+    ]
+    assert not deep, f"modules more than four folders deep: {deep}"
+    assert not [p for p in package.rglob("strategies") if p.is_dir()]
 
 
 def test_the_client_process_imports_no_strategy():

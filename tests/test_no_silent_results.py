@@ -26,11 +26,11 @@ from test_tables import FakeTrainer
 
 from ripple_flwr.app.run_config import parse_run_config, unread_keys
 from ripple_flwr.app.server import run as server_run
-from ripple_flwr.app.server.run import expected_failure, run_server
-from ripple_flwr.app.server.strategies.core.roster.node_wait import (
+from ripple_flwr.app.server.roster.node_wait import (
     NotEnoughClientsError,
     wait_for_nodes,
 )
+from ripple_flwr.app.server.run import expected_failure, run_server
 from ripple_flwr.cli import config as config_cli
 from ripple_flwr.cli import onboard as onboard_cli
 from ripple_flwr.cli import status as status_cli

@@ -7,7 +7,7 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
 from ripple_flwr.app.protocol.records import from_array, record_to_state, state_to_record, to_array
-from ripple_flwr.app.server.strategies.core.replies.validation import (
+from ripple_flwr.app.server.replies.validation import (
     state_reference,
     validate_train_reply,
 )

@@ -161,7 +161,7 @@ def test_the_engine_is_the_one_strategy_and_every_method_lineage_is_short():
     from flwr.serverapp.strategy import Strategy
 
     import ripple_flwr
-    from ripple_flwr.app.server.strategies.core.base import Engine
+    from ripple_flwr.app.server.engine import Engine
 
     for info in pkgutil.walk_packages(ripple_flwr.__path__, "ripple_flwr."):
         importlib.import_module(info.name)

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 from conftest import FakeGrid, tiny_run_config
 
-from ripple_flwr.app.server.run import run_server
-from ripple_flwr.app.server.strategies.core.replies.fields import (
+from ripple_flwr.app.server.replies.fields import (
     MAX_CLIENT_EXAMPLES,
     SIZE_CAP_FACTOR,
     as_count,
     as_number,
     size_cap,
 )
-from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
+from ripple_flwr.app.server.roster.query import QueryResult
+from ripple_flwr.app.server.run import run_server
 from ripple_flwr.settings import ConfigError
 from ripple_flwr.testing.faults import FAULTS, MISSING, combine, set_field
 
@@ -188,7 +188,7 @@ def test_a_server_side_partition_map_refuses_the_impostor_and_keeps_the_honest_n
 def test_an_embedding_whose_header_promises_terabytes_is_refused_before_decoding():
     from flwr.app import Array, ArrayRecord, RecordDict
 
-    from ripple_flwr.app.server.strategies.core.roster.query import validate_summary
+    from ripple_flwr.app.server.roster.query import validate_summary
 
     honest = Array(np.zeros(1953, dtype=np.float32))
     lying = Array(dtype=honest.dtype, shape=(2**40,), stype=honest.stype, data=honest.data)

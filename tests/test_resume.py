@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from conftest import FakeGrid, tiny_run_config
 
+from ripple_flwr.app.server.resume.file import decode, encode, load_server_state, save_server_state
 from ripple_flwr.app.server.run import run_server
 from ripple_flwr.io.integrity import IntegrityError
 from ripple_flwr.methods.registry import METHODS
-from ripple_flwr.runs.resume import decode, encode, load_server_state, save_server_state
 from ripple_flwr.settings import ConfigError
 
 

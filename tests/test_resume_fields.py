@@ -13,13 +13,13 @@ from conftest import FakeGrid, tiny_run_config
 from test_resume import METHOD_CONFIG
 
 from ripple_flwr.app.run_config import parse_run_config
+from ripple_flwr.app.server.resume.file import load_server_state, save_server_state
+from ripple_flwr.app.server.resume.plain import to_plain
+from ripple_flwr.app.server.resume.restore import restored_fields
 from ripple_flwr.app.server.run import run_server
 from ripple_flwr.app.server.run_data import resolve_run_data
-from ripple_flwr.app.server.setup import build_strategy, initial_state, resolve_checkpoint
-from ripple_flwr.app.server.strategies.core.state.plain import to_plain
-from ripple_flwr.app.server.strategies.core.state.restore import restored_fields
+from ripple_flwr.app.server.setup import build_engine, initial_state, resolve_checkpoint
 from ripple_flwr.methods.registry import METHODS, get_method
-from ripple_flwr.runs.resume import load_server_state, save_server_state
 from ripple_flwr.settings import ConfigError
 
 
@@ -32,7 +32,7 @@ def prepared(cfg: dict):
         ckpt, _ = resolve_checkpoint(settings, data.image_shape, data.classes_hash)
         router = ckpt.router(settings.embedding.router)
     state = initial_state(settings, data.image_shape, data.num_classes)
-    strategy = build_strategy(settings, state, data, router)
+    strategy = build_engine(settings, state, data, router)
     strategy.roster.query_records.update(data.query_records())
     strategy.roster.local = data.local(settings)
     strategy.prepare(FakeGrid(cfg))

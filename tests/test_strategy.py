@@ -13,13 +13,13 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRec
 from ripple_flwr.aggregation.mixing import mix_models
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.server.run import run_server
-from ripple_flwr.app.server.setup import build_strategy, initial_state
-from ripple_flwr.app.server.strategies.core.base import Engine, client_train_config
-from ripple_flwr.app.server.strategies.core.roster.node_wait import (
+from ripple_flwr.app.server.engine import Engine, client_train_config
+from ripple_flwr.app.server.roster.node_wait import (
     NotEnoughClientsError,
     wait_for_nodes,
 )
+from ripple_flwr.app.server.run import run_server
+from ripple_flwr.app.server.setup import build_engine, initial_state
 from ripple_flwr.methods.fedavg.server import FedAvgMethod
 from ripple_flwr.methods.local.server import LocalOnlyMethod
 from ripple_flwr.methods.ripple.server import RippleMethod
@@ -120,7 +120,7 @@ def test_training_messages_carry_the_w_mix(tiny_checkpoint, cache_dir):
     fed = cached_federation(settings)
     router = load_checkpoint(tiny_checkpoint).router("gmm-vae")
     state = initial_state(settings, fed.dataset.image_shape, fed.dataset.num_classes)
-    strategy = build_strategy(settings, state, fed, router)
+    strategy = build_engine(settings, state, fed, router)
     grid = FakeGrid(cfg)
     clients = strategy.prepare(grid)
 
@@ -175,7 +175,7 @@ def test_stratified_sampling_covers_every_cluster():
 
 
 def _fake_clients(n):
-    from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
+    from ripple_flwr.app.server.roster.query import QueryResult
 
     return QueryResult(list(range(n)), list(range(n)), [10] * n, None)
 
@@ -353,7 +353,7 @@ def test_node_with_other_num_partitions_is_left_out(cache_dir):
 
     fed = cached_federation(settings)
     state = initial_state(settings, fed.dataset.image_shape, fed.dataset.num_classes)
-    strategy = build_strategy(settings, state, fed)
+    strategy = build_engine(settings, state, fed)
     strategy.prepare(FakeGrid(cfg, node_configs=nodes))
     assert strategy.clients.partition_ids == [0, 1, 2, 3, 4]
     (reason,) = strategy.clients.rejected.values()

@@ -14,8 +14,8 @@ from ripple_flwr.aggregation.mixing import mix_models
 from ripple_flwr.app.protocol.candidates import split_candidates
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
-from ripple_flwr.app.server.strategies.core.base import Engine
-from ripple_flwr.app.server.strategies.core.evaluation.zero_shot import onboard_new_clients
+from ripple_flwr.app.server.engine import Engine
+from ripple_flwr.app.server.evaluation.zero_shot import onboard_new_clients
 from ripple_flwr.methods.fedavg.server import FedAvgMethod
 from ripple_flwr.methods.ripple.server import RippleMethod
 from ripple_flwr.settings import ConfigError

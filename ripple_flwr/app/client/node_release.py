@@ -1,7 +1,7 @@
 """The node's side of the DP embedding: one release per run, the same vector if asked again.
 
 The server asks each client once (a resumed run reuses the saved release,
-:meth:`~ripple_flwr.app.server.strategies.core.roster.admission.ClientRoster.resume_from`).
+:meth:`~ripple_flwr.app.server.roster.admission.ClientRoster.resume_from`).
 As a second defence the node keeps its release in ``context.state``: asked
 again in the same run, with the same mechanism and the same data, it sends
 the vector it already released. Sending a released vector again is

@@ -5,7 +5,7 @@ client decodes it with the matching ``decode``; a request that lacks a key is a
 :class:`ProtocolError` that names the key and the message, never a silent fallback to the
 client's own settings. Replies are encoded by the client with the same keys; the server
 converts and bounds every field of a reply in one place
-(:mod:`ripple_flwr.app.server.strategies.core.replies.validation`), because nothing a
+(:mod:`ripple_flwr.app.server.replies.validation`), because nothing a
 client sends is trusted.
 
 - ``query.embed`` (:data:`QUERY`): ``config`` = {``summary``: embedding | mean | subspace |

@@ -1,4 +1,4 @@
-"""The results file's record of a finished run, built from the strategy's own record.
+"""The results file's record of a finished run, built from the engine's own record.
 
 :func:`results_record` is the one place that decides the file's fields and their order;
 ``run.py`` writes it (:func:`ripple_flwr.runs.results.write_results`).
@@ -14,7 +14,7 @@ from ripple_flwr.app.protocol.messages import TRAIN_LOSS
 from ripple_flwr.runs.results import tail_mean
 from ripple_flwr.settings import RunSettings
 
-# What the run itself knows (not the strategy), in the order the file lists it.
+# What the run itself knows (not the engine), in the order the file lists it.
 SOURCES = (
     "num_partitions_from",
     "server_folders",
@@ -42,7 +42,7 @@ def accuracy_per_round(evaluations: list[dict[str, Any]]) -> dict[str, dict[str,
 
 
 def results_record(
-    strategy: Any,
+    engine: Any,
     settings: RunSettings,
     record: dict[str, Any],
     *,
@@ -54,12 +54,12 @@ def results_record(
 
     Parameters
     ----------
-    strategy : Engine
-        The run's strategy, after its rounds (its clients, model count).
+    engine : Engine
+        The run's engine, after its rounds (its clients, model count).
     settings : RunSettings
         The run's settings, as settled.
     record : dict
-        ``strategy.run_record()`` plus ``zero_shot``.
+        ``engine.run_record()`` plus ``zero_shot``.
     model_bytes : int
         Bytes of one model's arrays.
     sources : dict
@@ -67,7 +67,7 @@ def results_record(
     timings : dict
         ``data``, ``pretrain_or_load`` and ``total`` seconds (the rest from ``record``).
     """
-    clients = strategy.clients
+    clients = engine.clients
     # The headline: each client's accuracy counts once, unless the run asks for example weights.
     score = "weighted_mean" if settings.evaluation.headline_weighting == "examples" else "mean"
     accuracy = [e["accuracy"][score] for e in record["evaluations"]]
@@ -87,7 +87,7 @@ def results_record(
         ),
         "accuracy_per_round": accuracy_per_round(record["evaluations"]),
         "saved_run": sources["saved_run"],
-        "num_models": strategy.num_models,
+        "num_models": engine.num_models,
         "final_accuracy_weighting": settings.evaluation.headline_weighting,
         "zero_shot_accuracy": (zero_shot.get("accuracy") or {}).get(score),
         # A round's record keeps the mean training loss under the reply's own key.

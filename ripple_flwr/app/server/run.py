@@ -24,23 +24,23 @@ from ripple_flwr.app.run_config import (
     check_run,
     parse_run_config,
 )
+from ripple_flwr.app.server.evaluation.zero_shot import onboard_new_clients
 from ripple_flwr.app.server.folders import log_folders
 from ripple_flwr.app.server.results import results_record
-from ripple_flwr.app.server.resume_check import load_resume_state
+from ripple_flwr.app.server.resume.check import load_resume_state
+from ripple_flwr.app.server.roster.claims import load_partition_map
+from ripple_flwr.app.server.roster.node_wait import (
+    NotEnoughClientsError,
+    wait_for_nodes,
+    wait_for_settled_nodes,
+)
 from ripple_flwr.app.server.run_data import RunData, resolve_run_data
 from ripple_flwr.app.server.setup import (
-    build_strategy,
+    build_engine,
     initial_state,
     pretrained_report,
     resolve_checkpoint,
     save_for_onboarding,
-)
-from ripple_flwr.app.server.strategies.core.evaluation.zero_shot import onboard_new_clients
-from ripple_flwr.app.server.strategies.core.roster.claims import load_partition_map
-from ripple_flwr.app.server.strategies.core.roster.node_wait import (
-    NotEnoughClientsError,
-    wait_for_nodes,
-    wait_for_settled_nodes,
 )
 from ripple_flwr.data.images import ImageFormatError
 from ripple_flwr.data.local import LocalDataError
@@ -82,7 +82,7 @@ def avoid_hugepage_stalls() -> None:
     _set_madvise_hugepage(False)
 
 
-def ship_embedding_dp(settings: RunSettings, ckpt, data: RunData, strategy) -> dict[str, Any]:
+def ship_embedding_dp(settings: RunSettings, ckpt, data: RunData, engine) -> dict[str, Any]:
     """Fix the public DP mechanism from D_aux and the checkpoint; send it with every query."""
     from ripple_flwr.privacy.release import public_mechanism
 
@@ -97,7 +97,7 @@ def ship_embedding_dp(settings: RunSettings, ckpt, data: RunData, strategy) -> d
         seed=settings.data.data_seed,
         client_size=settings.data.partition_size,
     )
-    strategy.roster.expect(query_records=mechanism_records(mech))
+    engine.roster.expect(query_records=mechanism_records(mech))
     info = {
         "epsilon": mech.epsilon,
         "delta": mech.delta,
@@ -158,10 +158,10 @@ def settle_partitions(grid: Grid, settings: RunSettings) -> RunSettings:
 
 @dataclass
 class PreparedRun:
-    """What a run has before its rounds: data, router checkpoint, strategy, initial model."""
+    """What a run has before its rounds: data, router checkpoint, engine, initial model."""
 
     data: RunData
-    strategy: Any
+    engine: Any
     state: dict[str, np.ndarray]
     checkpoint_info: dict[str, Any] | None
     pretrained: dict[str, Any] | None
@@ -173,7 +173,7 @@ class PreparedRun:
 def prepare_run(
     settings: RunSettings, bound: dict[int, int] | None, stage: dict[str, str] | None = None
 ) -> PreparedRun:
-    """The run's data, its router (loaded or pre-trained), the strategy and its roster.
+    """The run's data, its router (loaded or pre-trained), the engine and its roster.
 
     ``stage["stage"]`` (when given) says ``loading the data`` while the data loads.
     """
@@ -197,8 +197,8 @@ def prepare_run(
     pretrain_seconds = time.perf_counter() - t0
 
     state = initial_state(settings, data.image_shape, data.num_classes)
-    strategy = build_strategy(settings, state, data, router)
-    strategy.roster.expect(
+    engine = build_engine(settings, state, data, router)
+    engine.roster.expect(
         query_records=data.query_records(),
         local=data.local(settings),
         known_sizes=data.partition_sizes(),
@@ -206,10 +206,10 @@ def prepare_run(
     )
     embedding_dp = None
     if settings.embedding.embedding_dp_epsilon:
-        embedding_dp = ship_embedding_dp(settings, ckpt, data, strategy)
+        embedding_dp = ship_embedding_dp(settings, ckpt, data, engine)
     return PreparedRun(
         data,
-        strategy,
+        engine,
         state,
         checkpoint_info,
         pretrained,
@@ -219,21 +219,21 @@ def prepare_run(
     )
 
 
-def resume_strategy(
-    strategy: Any, grid: Grid, saved_state: dict[str, Any], resume_file: Path | None
+def resume_engine(
+    engine: Any, grid: Grid, saved_state: dict[str, Any], resume_file: Path | None
 ) -> dict[str, np.ndarray] | None:
-    """Restore the strategy from a saved state; the saved global model, if it kept one.
+    """Restore the engine from a saved state; the saved global model, if it kept one.
 
     This process's query round asks who is connected now, but no saved client for its
     summary again: a second DP release would cost it a second epsilon.
     """
-    strategy.roster.resume_from(saved_state)
-    strategy.prepare(grid)
+    engine.roster.resume_from(saved_state)
+    engine.prepare(grid)
     try:
-        strategy.restore_server_state(saved_state)
+        engine.restore_server_state(saved_state)
     except (ValueError, TypeError, KeyError) as err:  # a state this run cannot continue
         raise ConfigError(f"cannot resume from {resume_file}: {err}") from err
-    log.info("resumed after round %d from %s", strategy.round_offset, resume_file)
+    log.info("resumed after round %d from %s", engine.round_offset, resume_file)
     return saved_state["fields"].get("latest_global")
 
 
@@ -459,15 +459,15 @@ def _run_rounds(
     saved_state = None if resume_file is None else load_resume_state(settings, resume_file)
 
     prepared = prepare_run(settings, bound, stage)
-    strategy, state = prepared.strategy, prepared.state
+    engine, state = prepared.engine, prepared.state
     if resume_file is not None:
         log.info("resume=%r: continuing from %s", settings.outputs.resume, resume_file)
     if settings.outputs.checkpoint_every:
-        strategy.checkpoint_path = results_path.with_suffix(".resume.npz")
+        engine.checkpoint_path = results_path.with_suffix(".resume.npz")
     if saved_state is not None:
-        state = resume_strategy(strategy, grid, saved_state, resume_file) or state
+        state = resume_engine(engine, grid, saved_state, resume_file) or state
     stage["stage"] = "rounds"
-    strategy.start(
+    engine.start(
         grid,
         state_to_record(state),
         num_rounds=settings.training.num_server_rounds,
@@ -486,19 +486,19 @@ def _results(
     t_start: float,
 ) -> dict[str, Any]:
     """After the rounds: zero-shot onboarding, the saved run, and the results record."""
-    strategy, data = prepared.strategy, prepared.data
-    zero_shot = onboard_new_clients(strategy, grid) if settings.data.new_clients else {}
-    record = {**strategy.run_record(), "zero_shot": zero_shot}
+    engine, data = prepared.engine, prepared.data
+    zero_shot = onboard_new_clients(engine, grid) if settings.data.new_clients else {}
+    record = {**engine.run_record(), "zero_shot": zero_shot}
     embedding_dp = prepared.embedding_dp
     if embedding_dp is not None:  # how often each client released, over every process
         embedding_dp.update(
-            strategy.roster.releases.record(embedding_dp["epsilon"], embedding_dp["delta"])
+            engine.roster.releases.record(embedding_dp["epsilon"], embedding_dp["delta"])
         )
     saved_run = save_for_onboarding(
-        strategy, settings, data, results_path.with_suffix(".run.pt"), prepared.checkpoint_info
+        engine, settings, data, results_path.with_suffix(".run.pt"), prepared.checkpoint_info
     )
     return results_record(
-        strategy,
+        engine,
         settings,
         record,
         model_bytes=int(sum(v.nbytes for v in state.values())),

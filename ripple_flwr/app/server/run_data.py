@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ripple_flwr.app.protocol.messages import RUN_DATA, run_data_record
-from ripple_flwr.app.server.strategies.core.roster.own_data import LocalData
+from ripple_flwr.app.server.roster.own_data import LocalData
 from ripple_flwr.data import Federation, ImageDataset, fold_labels
 from ripple_flwr.data.base import classes_hash
 from ripple_flwr.data.cache import cached_federation

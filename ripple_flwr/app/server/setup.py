@@ -1,5 +1,5 @@
 """Setting a run up: the router checkpoint (loaded, or pre-trained and cached), the initial
-model, the strategy from the registry, and the saved run for onboarding outside the run.
+model, the engine from the registry, and the saved run for onboarding outside the run.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ripple_flwr.app.server.engine import Engine
 from ripple_flwr.app.server.run_data import RunData
-from ripple_flwr.app.server.strategies.core.base import Engine
 from ripple_flwr.data import Federation
 from ripple_flwr.methods.registry import MethodInputs, MethodSpec, get_method
 from ripple_flwr.router.checkpoint import (
@@ -152,7 +152,7 @@ def pretrained_report(settings: RunSettings) -> dict[str, Any] | None:
     return {k: report[k] for k in ("path", "sha256", "official", "loaded") if k in report}
 
 
-def build_strategy(settings: RunSettings, state, data: RunData | Federation, router=None):
+def build_engine(settings: RunSettings, state, data: RunData | Federation, router=None):
     """The engine around ``settings.method``, the method built by its registry entry."""
     if isinstance(data, Federation):
         data = RunData.of_federation(settings, data)
@@ -175,7 +175,7 @@ def make_engine(spec: MethodSpec, inputs: MethodInputs) -> Engine:
 
 
 def save_for_onboarding(
-    strategy, settings: RunSettings, dataset, path: Path, checkpoint_info: dict | None
+    engine, settings: RunSettings, dataset, path: Path, checkpoint_info: dict | None
 ) -> Path | None:
     """Write what zero-shot onboarding outside the run needs (``onboard.py`` reads it).
 
@@ -187,7 +187,7 @@ def save_for_onboarding(
     from ripple_flwr.runs.saved_runs import SavedRun, save_run
 
     exports = get_method(settings.method).exports
-    export = strategy.export()
+    export = engine.export()
     models = export.models
     if exports == "none" or models is None:
         return None

@@ -60,8 +60,8 @@ from ripple_flwr.aggregation.clustering import (
     cfl_should_split,
     flatten,
 )
-from ripple_flwr.app.server.strategies.core.clustered import ClusterModels
-from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
+from ripple_flwr.app.server.bases.clustered import ClusterModels
+from ripple_flwr.app.server.replies.validation import Accepted
 from ripple_flwr.methods.cfl.spec import (
     CFL_EPS1,
     CFL_EPS2,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import FedAdam
 
-from ripple_flwr.app.server.strategies.core.flower import FlowerMethod, fedopt_kwargs
+from ripple_flwr.app.server.bases.flower import FlowerMethod, fedopt_kwargs
 from ripple_flwr.settings import RunSettings
 
 

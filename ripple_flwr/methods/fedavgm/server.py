@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import FedAvgM
 
-from ripple_flwr.app.server.strategies.core.flower import FlowerMethod
+from ripple_flwr.app.server.bases.flower import FlowerMethod
 from ripple_flwr.methods.fedavgm.spec import FEDAVGM_MOMENTUM
 from ripple_flwr.settings import RunSettings
 

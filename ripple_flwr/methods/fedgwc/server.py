@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from ripple_flwr.aggregation.clustering import State
-from ripple_flwr.app.server.strategies.core.clustered import ClusterModels
-from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
-from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
+from ripple_flwr.app.server.bases.clustered import ClusterModels
+from ripple_flwr.app.server.replies.validation import Accepted
+from ripple_flwr.app.server.roster.query import QueryResult
 from ripple_flwr.methods.fedgwc.interactions import (
     affinity,
     best_split,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import FedTrimmedAvg
 
-from ripple_flwr.app.server.strategies.core.flower import FlowerMethod
+from ripple_flwr.app.server.bases.flower import FlowerMethod
 from ripple_flwr.methods.fedtrimmedavg.spec import TRIMMED_BETA
 from ripple_flwr.settings import RunSettings
 

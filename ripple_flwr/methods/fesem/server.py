@@ -55,9 +55,9 @@ from flwr.app import ArrayRecord
 
 from ripple_flwr.aggregation.clustering import State, flatten, kmeans_lloyd
 from ripple_flwr.aggregation.mixing import uniform_sample
-from ripple_flwr.app.server.strategies.core.clustered import ClusterModels
-from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
-from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
+from ripple_flwr.app.server.bases.clustered import ClusterModels
+from ripple_flwr.app.server.replies.validation import Accepted
+from ripple_flwr.app.server.roster.query import QueryResult
 from ripple_flwr.methods.fesem.spec import (
     FESEM_KMEANS_ITERS,
     FESEM_LAYER,

@@ -1,6 +1,6 @@
 """A descriptor round: each node is sent a model and answers with statistics of its data under it.
 
-Like the one-shot query round (:mod:`~ripple_flwr.app.server.strategies.core.roster.query`),
+Like the one-shot query round (:mod:`~ripple_flwr.app.server.roster.query`),
 every reply is read and checked in one place, :func:`read_descriptor_reply`,
 before anything uses it: the bytes must fit the promised length, the shape
 must be the layout's, every value finite, standard deviations non-negative,
@@ -24,9 +24,9 @@ from flwr.serverapp import Grid
 
 from ripple_flwr.aggregation.descriptors import Layout
 from ripple_flwr.app.protocol.messages import DESCRIBE, describe_config
-from ripple_flwr.app.server.strategies.core.replies.fields import REPLY_ERRORS, as_number
-from ripple_flwr.app.server.strategies.core.roster.query import validate_summary
-from ripple_flwr.app.server.strategies.core.rounds.grid import send_and_receive
+from ripple_flwr.app.server.replies.fields import REPLY_ERRORS, as_number
+from ripple_flwr.app.server.roster.query import validate_summary
+from ripple_flwr.app.server.rounds.grid import send_and_receive
 from ripple_flwr.runs.results import message_nbytes
 
 log = logging.getLogger("flwr.ripple")

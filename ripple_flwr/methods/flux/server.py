@@ -58,10 +58,10 @@ from ripple_flwr.aggregation.descriptors import (
     projection,
 )
 from ripple_flwr.app.protocol.records import state_to_record
-from ripple_flwr.app.server.strategies.core.clustered import ClusterModels
-from ripple_flwr.app.server.strategies.core.replies.fields import SIZE_CAP_FACTOR
-from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
-from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
+from ripple_flwr.app.server.bases.clustered import ClusterModels
+from ripple_flwr.app.server.replies.fields import SIZE_CAP_FACTOR
+from ripple_flwr.app.server.replies.validation import Accepted
+from ripple_flwr.app.server.roster.query import QueryResult
 from ripple_flwr.methods.api import Export
 from ripple_flwr.methods.flux.descriptors import DescriptorRound, descriptor_round
 from ripple_flwr.methods.flux.spec import (

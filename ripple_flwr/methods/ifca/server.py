@@ -46,10 +46,10 @@ from ripple_flwr.aggregation.clustering import State, redraw_until_balanced, sma
 from ripple_flwr.app.protocol.candidates import payload_nbytes
 from ripple_flwr.app.protocol.messages import CHOSEN
 from ripple_flwr.app.protocol.records import states_to_records
-from ripple_flwr.app.server.strategies.core.clustered import ClusterModels
-from ripple_flwr.app.server.strategies.core.evaluation.scoring import evaluate_on
-from ripple_flwr.app.server.strategies.core.replies.fields import REPLY_ERRORS
-from ripple_flwr.app.server.strategies.core.replies.validation import Accepted, check_choice
+from ripple_flwr.app.server.bases.clustered import ClusterModels
+from ripple_flwr.app.server.evaluation.scoring import evaluate_on
+from ripple_flwr.app.server.replies.fields import REPLY_ERRORS
+from ripple_flwr.app.server.replies.validation import Accepted, check_choice
 from ripple_flwr.methods.ifca.spec import IFCA_INIT_BALANCE, IFCA_INIT_DRAWS
 from ripple_flwr.methods.spec import MethodInputs, MethodSpec
 from ripple_flwr.settings import RunSettings

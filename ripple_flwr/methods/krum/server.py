@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from flwr.serverapp.strategy import Krum
 
-from ripple_flwr.app.server.strategies.core.flower import FlowerMethod
+from ripple_flwr.app.server.bases.flower import FlowerMethod
 from ripple_flwr.methods.krum.spec import KRUM_MALICIOUS
 from ripple_flwr.settings import ConfigError, RunSettings
 

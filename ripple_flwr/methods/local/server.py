@@ -13,9 +13,9 @@ import numpy as np
 from flwr.app import ArrayRecord
 
 from ripple_flwr.app.protocol.records import states_to_records
-from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
-from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
-from ripple_flwr.app.server.strategies.core.state.plain import field_values, set_fields
+from ripple_flwr.app.server.replies.validation import Accepted
+from ripple_flwr.app.server.resume.plain import field_values, set_fields
+from ripple_flwr.app.server.roster.query import QueryResult
 from ripple_flwr.settings import RunSettings
 
 

@@ -44,9 +44,9 @@ from ripple_flwr.aggregation.subspaces import (
     smallest_angles,
     subspace_size,
 )
-from ripple_flwr.app.server.strategies.core.clustered import ClusterModels
-from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
-from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
+from ripple_flwr.app.server.bases.clustered import ClusterModels
+from ripple_flwr.app.server.replies.validation import Accepted
+from ripple_flwr.app.server.roster.query import QueryResult
 from ripple_flwr.methods.pacfl.spec import PACFL_BETA, PACFL_LINKAGE, PACFL_P
 from ripple_flwr.methods.spec import MethodInputs, MethodSpec
 from ripple_flwr.settings import RunSettings

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ripple_flwr.app.server.strategies.core.global_model import GlobalModel, stacked_mean
-from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
+from ripple_flwr.app.server.bases.global_model import GlobalModel, stacked_mean
+from ripple_flwr.app.server.replies.validation import Accepted
 
 
 class PerFedAvgMethod(GlobalModel):

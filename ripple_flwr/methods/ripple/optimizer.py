@@ -24,7 +24,7 @@ from flwr.serverapp.strategy import FedAdam, FedAvgM, FedYogi
 
 from ripple_flwr.app.protocol.messages import NUM_EXAMPLES, TRAIN
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
-from ripple_flwr.app.server.strategies.core.flower import fedopt_kwargs, flower_kwargs
+from ripple_flwr.app.server.bases.flower import fedopt_kwargs, flower_kwargs
 from ripple_flwr.methods.fedavgm.spec import FEDAVGM_MOMENTUM
 from ripple_flwr.settings import RunSettings
 

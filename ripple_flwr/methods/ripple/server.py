@@ -22,9 +22,9 @@ from ripple_flwr.aggregation.mixing import (
 )
 from ripple_flwr.aggregation.robust import unsafe_stacked_steps
 from ripple_flwr.app.protocol.records import states_to_records
-from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
-from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
-from ripple_flwr.app.server.strategies.core.state.plain import field_values, set_fields
+from ripple_flwr.app.server.replies.validation import Accepted
+from ripple_flwr.app.server.resume.plain import field_values, set_fields
+from ripple_flwr.app.server.roster.query import QueryResult
 from ripple_flwr.methods.api import Export, Onboarding
 from ripple_flwr.methods.ripple.optimizer import ClusterOptimizer
 from ripple_flwr.methods.ripple.spec import CLUSTER_OPTIMIZER, RIPPLE_STRAT_ORDER

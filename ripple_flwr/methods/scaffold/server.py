@@ -17,8 +17,8 @@ from flwr.app import ArrayRecord, ConfigRecord
 
 from ripple_flwr.aggregation.robust import update_norm
 from ripple_flwr.app.protocol.records import state_to_record
-from ripple_flwr.app.server.strategies.core.global_model import GlobalModel
-from ripple_flwr.app.server.strategies.core.replies.validation import Accepted, state_reference
+from ripple_flwr.app.server.bases.global_model import GlobalModel
+from ripple_flwr.app.server.replies.validation import Accepted, state_reference
 from ripple_flwr.settings import RunSettings
 
 # Float32 rounding on the client: an honest control meets the bound to about 1e-6.

@@ -3,7 +3,7 @@
 The strategy owns one :class:`Replies`. It remembers which message went to which row,
 runs the reply validator's checks (:mod:`.validator`: validation, the counts held to the
 query round's sizes), then the registered reply defences in order
-(:mod:`~ripple_flwr.app.server.strategies.core.replies.defences`: the method's own check,
+(:mod:`~ripple_flwr.app.server.replies.defences`: the method's own check,
 the update bound, any added), and keeps the update history the update bound measures
 against. What a method decides (its own reply check, what an update is measured from,
 the extra records a reply must carry) it answers through :class:`ReplyHooks`.
@@ -19,15 +19,15 @@ import numpy as np
 from flwr.app import Message
 
 from ripple_flwr.app.protocol.records import record_to_state
-from ripple_flwr.app.server.strategies.core.replies.defences import (
+from ripple_flwr.app.server.replies.defences import (
     UpdateHistory,
     apply_defences,
 )
-from ripple_flwr.app.server.strategies.core.replies.validation import Accepted, Reference
-from ripple_flwr.app.server.strategies.core.replies.validator import ReplyValidator
-from ripple_flwr.app.server.strategies.core.roster.admission import ClientRoster
-from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
-from ripple_flwr.app.server.strategies.core.rounds.accounting import Dropped
+from ripple_flwr.app.server.replies.validation import Accepted, Reference
+from ripple_flwr.app.server.replies.validator import ReplyValidator
+from ripple_flwr.app.server.roster.admission import ClientRoster
+from ripple_flwr.app.server.roster.query import QueryResult
+from ripple_flwr.app.server.rounds.accounting import Dropped
 from ripple_flwr.runs.results import message_nbytes
 from ripple_flwr.settings import RunSettings
 
@@ -110,7 +110,7 @@ class Replies:
         """Validate every reply in one place: the usable ones in row order, and the dropped.
 
         A reply is matched to the message it answers; its model must pass
-        :func:`~ripple_flwr.app.server.strategies.core.replies.validation.validate_train_reply`;
+        :func:`~ripple_flwr.app.server.replies.validation.validate_train_reply`;
         its ``num-examples`` is held to the client's training split size from the query
         round; then every registered defence runs on the replies the ones before it kept.
         """

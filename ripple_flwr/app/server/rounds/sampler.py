@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ripple_flwr.aggregation.mixing import uniform_sample
-from ripple_flwr.app.server.strategies.core.rounds.accounting import ClientScore, Dropped
+from ripple_flwr.app.server.rounds.accounting import ClientScore, Dropped
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")

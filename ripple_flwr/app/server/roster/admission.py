@@ -1,6 +1,6 @@
 """Node admission: the one-shot query round and late joiners (waiting for nodes: node_wait).
 
-The one-shot round (:mod:`~ripple_flwr.app.server.strategies.core.roster.query`) maps every
+The one-shot round (:mod:`~ripple_flwr.app.server.roster.query`) maps every
 node to its partition (and collects the summary Ripple routes with); the
 :class:`ClientRoster` keeps the usable training clients in partition order, the
 held-out new clients beside them, and admits nodes that connect later with one
@@ -18,20 +18,20 @@ from typing import Any
 from flwr.serverapp import Grid
 
 from ripple_flwr.app.protocol.records import DP_CONFIG, DP_RECORD
-from ripple_flwr.app.server.strategies.core.replies.fields import SIZE_CAP_FACTOR, size_cap
-from ripple_flwr.app.server.strategies.core.replies.releases import ReleaseLedger
-from ripple_flwr.app.server.strategies.core.roster.node_wait import (
+from ripple_flwr.app.server.replies.fields import SIZE_CAP_FACTOR, size_cap
+from ripple_flwr.app.server.replies.releases import ReleaseLedger
+from ripple_flwr.app.server.resume.roster import by_name, saved_result
+from ripple_flwr.app.server.roster.node_wait import (
     MIN_CLIENTS,
     NotEnoughClientsError,
     wait_for_nodes,
 )
-from ripple_flwr.app.server.strategies.core.roster.own_data import LocalData
-from ripple_flwr.app.server.strategies.core.roster.query import (
+from ripple_flwr.app.server.roster.own_data import LocalData
+from ripple_flwr.app.server.roster.query import (
     QueryResult,
     query_round,
     split_new,
 )
-from ripple_flwr.app.server.strategies.core.roster.resumed import by_name, saved_result
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")

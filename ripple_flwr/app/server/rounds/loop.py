@@ -3,7 +3,7 @@ this process runs (after a resume, the round after the saved one).
 
 Flower's own loop always counts from 1, so a resumed run would hand every hook a
 round number off by the rounds already done. Here the round a hook receives is
-the run's round, in every hook, from one place. The strategy supplies only
+the run's round, in every hook, from one place. The engine supplies only
 Flower's four hooks; the loop is Flower's (``Result``, the same calls in the
 same order, the same metrics kept), plus the run's checkpoint after each round's
 evaluation (also when that evaluation raised, so a crash keeps the last round).
@@ -23,7 +23,7 @@ log = logging.getLogger("flwr.ripple")
 
 
 def run_rounds(
-    strategy: Strategy,
+    engine: Strategy,
     grid: Grid,
     arrays: ArrayRecord,
     first_round: int,
@@ -34,25 +34,25 @@ def run_rounds(
     checkpoint: Callable[[int], None] | None = None,
 ) -> Result:
     """Rounds ``first_round`` .. ``num_rounds``: train, aggregate, evaluate, aggregate,
-    then ``checkpoint(round)`` (the strategy decides whether this round is saved)."""
+    then ``checkpoint(round)`` (the engine decides whether this round is saved)."""
     result = Result()
     t_start = time.time()
     for rnd in range(first_round, num_rounds + 1):
         log.info("[ROUND %s/%s]", rnd, num_rounds)
         replies = grid.send_and_receive(
-            messages=strategy.configure_train(rnd, arrays, train_config, grid), timeout=timeout
+            messages=engine.configure_train(rnd, arrays, train_config, grid), timeout=timeout
         )
-        agg_arrays, train_metrics = strategy.aggregate_train(rnd, replies)
+        agg_arrays, train_metrics = engine.aggregate_train(rnd, replies)
         if agg_arrays is not None:
             result.arrays = arrays = agg_arrays
         if train_metrics is not None:
             result.train_metrics_clientapp[rnd] = train_metrics
         replies = grid.send_and_receive(
-            messages=strategy.configure_evaluate(rnd, arrays, evaluate_config, grid),
+            messages=engine.configure_evaluate(rnd, arrays, evaluate_config, grid),
             timeout=timeout,
         )
         try:
-            eval_metrics = strategy.aggregate_evaluate(rnd, replies)
+            eval_metrics = engine.aggregate_evaluate(rnd, replies)
         finally:
             if checkpoint is not None:
                 checkpoint(rnd)

@@ -1,7 +1,7 @@
 """Zero-shot onboarding after training (phase 4): each new client gets its model once.
 
 Called by the ServerApp after the last round. The model comes from what the
-strategy already holds (Ripple: the summary the client sent once, one
+engine already holds (Ripple: the summary the client sent once, one
 batched router pass, then mixing; one-model methods: the global model): no
 gradient, no model evaluation in the choice, no message to any training
 client.
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from flwr.serverapp import Grid
 
-from ripple_flwr.app.server.strategies.core.evaluation.scoring import (
+from ripple_flwr.app.server.evaluation.scoring import (
     best_by_loss,
     evaluate_on,
     score_stats,
@@ -38,7 +38,7 @@ def test_images(scores: list[Any]) -> dict[str, int]:
     }
 
 
-def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
+def onboard_new_clients(engine: Any, grid: Grid) -> dict[str, Any]:
     """Onboard the run's held-out clients and score their models; the results record.
 
     With ``best-by-loss`` every model the server holds is also scored on each
@@ -49,10 +49,10 @@ def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
     domain) got the uniform w = 1/K: ``routed_uniformly`` lists those, each as
     ``{"partition", "reason"}``; the key is there only when one was.
     """
-    s = strategy.settings
-    last = strategy.num_rounds
-    strategy.admit(grid, last + 1)
-    new = strategy.roster.new_clients
+    s = engine.settings
+    last = engine.num_rounds
+    engine.admit(grid, last + 1)
+    new = engine.roster.new_clients
     rec: dict[str, Any] = {
         "clients": len(new),
         "partition_ids": list(new.partition_ids),
@@ -64,11 +64,11 @@ def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
         )
         return rec
     t0 = time.perf_counter()
-    onboarding = strategy.onboard(new)
+    onboarding = engine.onboard(new)
     server_seconds = time.perf_counter() - t0
     payloads, uniform = onboarding.payloads, onboarding.routed_uniformly
     if payloads is None:
-        log.info("%s has no zero-shot model for new clients", type(strategy).__name__)
+        log.info("%s has no zero-shot model for new clients", type(engine).__name__)
         rec["supported"] = False
         return rec
     t0 = time.perf_counter()
@@ -113,7 +113,7 @@ def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
         1000 * embed,
         1000 * server_seconds / len(new),
     )
-    refs = strategy.reference_models()
+    refs = engine.reference_models()
     if s.evaluation.best_by_loss and len(refs) > 1:
         rec["best_by_loss"] = best_by_loss(grid, new, refs, last, s.robustness.round_timeout)
         log.info(
@@ -121,5 +121,5 @@ def onboard_new_clients(strategy: Any, grid: Grid) -> dict[str, Any]:
             len(refs),
             rec["best_by_loss"]["accuracy"]["weighted_mean"],
         )
-    rec.update(strategy.zero_shot_extras())
+    rec.update(engine.zero_shot_extras())
     return rec

@@ -18,7 +18,7 @@ from ripple_flwr.app.protocol.messages import (
     NAME_LIMIT,
     LocalIdentity,
 )
-from ripple_flwr.app.server.strategies.core.replies.fields import as_count, as_flag, as_text
+from ripple_flwr.app.server.replies.fields import as_count, as_flag, as_text
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """A round's personalised evaluation, sent and scored: :class:`Evaluator`.
 
-A collaborator of :class:`~ripple_flwr.app.server.strategies.core.base.Engine`,
+A collaborator of :class:`~ripple_flwr.app.server.engine.Engine`,
 passed in through its constructor. On eval rounds every sampled client gets the
 model(s) the method would give it; the replies are scored in one place
-(:func:`~ripple_flwr.app.server.strategies.core.replies.validation.collect_evaluations`).
+(:func:`~ripple_flwr.app.server.replies.validation.collect_evaluations`).
 The evaluator names no method: the strategy supplies the payloads and reads the scores.
 """
 
@@ -18,12 +18,12 @@ from flwr.app import Message, MetricRecord
 
 from ripple_flwr.app.protocol.candidates import Payload, payload_nbytes, payload_size
 from ripple_flwr.app.protocol.messages import ACCURACY, LOSS, NUM_EXAMPLES
-from ripple_flwr.app.server.strategies.core.evaluation.scoring import evaluate_messages, score_stats
-from ripple_flwr.app.server.strategies.core.replies.validation import (
+from ripple_flwr.app.server.evaluation.scoring import evaluate_messages, score_stats
+from ripple_flwr.app.server.replies.validation import (
     collect_evaluations,
 )
-from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
-from ripple_flwr.app.server.strategies.core.rounds.accounting import EvaluationRecord
+from ripple_flwr.app.server.roster.query import QueryResult
+from ripple_flwr.app.server.rounds.accounting import EvaluationRecord
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")

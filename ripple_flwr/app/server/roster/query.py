@@ -3,7 +3,7 @@
 :func:`query_round` asks nodes for their partition id, split sizes and (unless
 the kind is ``none``) their summary; :class:`QueryResult` holds the usable
 clients in partition order. Who is asked when is
-:class:`~ripple_flwr.app.server.strategies.core.roster.admission.ClientRoster`'s business.
+:class:`~ripple_flwr.app.server.roster.admission.ClientRoster`'s business.
 """
 
 from __future__ import annotations
@@ -30,19 +30,19 @@ from ripple_flwr.app.protocol.messages import (
     query_config,
     summary_array,
 )
-from ripple_flwr.app.server.strategies.core.replies.fields import (
+from ripple_flwr.app.server.replies.fields import (
     REPLY_ERRORS,
     as_count,
     as_number,
     as_text,
 )
-from ripple_flwr.app.server.strategies.core.roster.claims import binding_refusal
-from ripple_flwr.app.server.strategies.core.roster.own_data import (
+from ripple_flwr.app.server.roster.claims import binding_refusal
+from ripple_flwr.app.server.roster.own_data import (
     LocalData,
     assign_local,
     check_local_info,
 )
-from ripple_flwr.app.server.strategies.core.rounds.grid import send_and_receive
+from ripple_flwr.app.server.rounds.grid import send_and_receive
 from ripple_flwr.runs.results import message_nbytes
 
 log = logging.getLogger("flwr.ripple")

@@ -1,7 +1,7 @@
 """The reply validator: a round's training replies converted and checked in one place.
 
 :class:`ReplyValidator` is a collaborator of
-:class:`~ripple_flwr.app.server.strategies.core.base.Engine` (passed in through its
+:class:`~ripple_flwr.app.server.engine.Engine` (passed in through its
 constructor). It matches each reply to the message it answers, checks the model against
 the initial one's keys, shapes and dtypes (and a method's extra records), converts every
 field (:mod:`.validation`), and holds ``num-examples`` to the client's training split size
@@ -17,13 +17,13 @@ from collections.abc import Iterable
 from flwr.app import Message
 
 from ripple_flwr.app.protocol.messages import METRICS, NUM_EXAMPLES
-from ripple_flwr.app.server.strategies.core.replies.validation import (
+from ripple_flwr.app.server.replies.validation import (
     Accepted,
     Reference,
     check_train_replies,
 )
-from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
-from ripple_flwr.app.server.strategies.core.rounds.accounting import Dropped
+from ripple_flwr.app.server.roster.query import QueryResult
+from ripple_flwr.app.server.rounds.accounting import Dropped
 
 log = logging.getLogger("flwr.ripple")
 

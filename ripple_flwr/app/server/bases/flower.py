@@ -22,8 +22,8 @@ from flwr.serverapp.strategy import Strategy
 
 from ripple_flwr.aggregation.robust import unsafe_step
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
-from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
-from ripple_flwr.app.server.strategies.core.rounds.grid import SampledGrid
+from ripple_flwr.app.server.roster.query import QueryResult
+from ripple_flwr.app.server.rounds.grid import SampledGrid
 from ripple_flwr.methods.api import declared_fields
 from ripple_flwr.methods.options import FEDOPT_BETA1, FEDOPT_BETA2, FEDOPT_ETA, FEDOPT_TAU
 from ripple_flwr.settings import RunSettings

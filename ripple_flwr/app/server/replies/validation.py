@@ -28,13 +28,13 @@ from ripple_flwr.app.protocol.messages import (
     train_metrics_record,
 )
 from ripple_flwr.app.protocol.records import record_to_state
-from ripple_flwr.app.server.strategies.core.replies.fields import (
+from ripple_flwr.app.server.replies.fields import (
     MAX_CLIENT_EXAMPLES,
     REPLY_ERRORS,
     as_count,
     as_number,
 )
-from ripple_flwr.app.server.strategies.core.rounds.accounting import ClientScore, Dropped
+from ripple_flwr.app.server.rounds.accounting import ClientScore, Dropped
 
 log = logging.getLogger("flwr.ripple")
 

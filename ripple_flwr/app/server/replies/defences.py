@@ -1,7 +1,7 @@
 """The defences every valid training reply passes before any method sees it: one list.
 
 A reply is first converted and checked in one place
-(:func:`~ripple_flwr.app.server.strategies.core.replies.validation.check_train_replies`: structure,
+(:func:`~ripple_flwr.app.server.replies.validation.check_train_replies`: structure,
 finite values, shapes, the round's timeout) and its ``num-examples`` held to the client's
 training split size; then every :class:`ReplyDefence` of :data:`REPLY_DEFENCES` runs, in
 order, on the replies the ones before it kept. A defence returns, for each reply, the reason
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ripple_flwr.aggregation.robust import out_of_bound, out_of_rescale, state_norm, update_stats
 
 if TYPE_CHECKING:
-    from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
+    from ripple_flwr.app.server.replies.validation import Accepted
 
 # Rounds of accepted update norms and radial steps the update bound remembers.
 HISTORY_ROUNDS = 5

@@ -1,8 +1,8 @@
 """Restoring a method's fields from a resume file: only what it declares, as it keeps it.
 
 A server state is sealed with a hash, but whoever can write the file can re-seal it.
-So :func:`restored_fields` takes only the names the strategy declares
-(``declared_state()``), and compares each saved value with the strategy's own value
+So :func:`restored_fields` takes only the names the engine declares
+(``declared_state()``), and compares each saved value with the engine's own value
 of that attribute after this process's query round: the same kind (list, dict, array,
 scalar, ArrayRecord), arrays of the same dtype and number of axes, every number
 finite. Sizes: a model state (a dict over the model's keys, shaped like the model)
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ripple_flwr.app.server.strategies.core.state.plain import from_plain, to_plain
+from ripple_flwr.app.server.resume.plain import from_plain, to_plain
 
 __all__ = ["FIELD_BOUNDS", "restored_fields"]
 
@@ -41,35 +41,35 @@ def _norms(value: Any, ceiling: float, where: str = "") -> str | None:
     return None
 
 
-def _accepted_norms(value: Any, strategy: Any) -> str | None:
+def _accepted_norms(value: Any, engine: Any) -> str | None:
     # The update bound's history: out_of_bound accepts no norm above max-update-norm.
-    return _norms(value, float(strategy.settings.robustness.max_update_norm))
+    return _norms(value, float(engine.settings.robustness.max_update_norm))
 
 
-# A field's bounds beyond its kind, by field name: (saved value, strategy) -> problem.
+# A field's bounds beyond its kind, by field name: (saved value, engine) -> problem.
 FIELD_BOUNDS = {"_accepted_norms": _accepted_norms}
 
 
-def restored_fields(strategy: Any, saved: Any) -> dict[str, Any]:
-    """The saved ``fields`` of a server state, ready to set on ``strategy``, or a ValueError.
+def restored_fields(engine: Any, saved: Any) -> dict[str, Any]:
+    """The saved ``fields`` of a server state, ready to set on ``engine``, or a ValueError.
 
-    Nothing is set here: a refused state leaves the strategy as it was.
+    Nothing is set here: a refused state leaves the engine as it was.
     """
     if not isinstance(saved, dict):
         raise ValueError(f"the saved fields are {_kind(saved)}, expected a dict; {_FIX}")
-    declared = strategy.declared_state()
-    current = strategy.state_values()
-    kinds = _Kinds(getattr(strategy, "reference", {}))
+    declared = engine.declared_state()
+    current = engine.state_values()
+    kinds = _Kinds(getattr(engine, "reference", {}))
     out: dict[str, Any] = {}
     for name, value in saved.items():
         if name not in declared:
             raise ValueError(
-                f"state field {name!r} is not one {type(strategy).__name__} saves "
+                f"state field {name!r} is not one {type(engine).__name__} saves "
                 f"({', '.join(declared)}); {_FIX}"
             )
         problem = kinds.mismatch(to_plain(name, current[name]), value, "")
         if problem is None and name in FIELD_BOUNDS:
-            problem = FIELD_BOUNDS[name](value, strategy)
+            problem = FIELD_BOUNDS[name](value, engine)
         if problem is None:
             try:
                 out[name] = from_plain(value)
@@ -96,7 +96,7 @@ def _arrays(value: Any) -> bool:
 
 
 class _Kinds:
-    """Compares saved values with the strategy's own, knowing the model's keys and shapes."""
+    """Compares saved values with the engine's own, knowing the model's keys and shapes."""
 
     def __init__(self, reference: Mapping[str, tuple[tuple[int, ...], Any]]) -> None:
         self.shapes = {k: tuple(shape) for k, (shape, _) in reference.items()}

@@ -9,11 +9,11 @@ from typing import Any
 from ripple_flwr.app.run_config import (
     settings_defaults,
 )
+from ripple_flwr.app.server.resume.file import load_server_state
 from ripple_flwr.io.integrity import IntegrityError
 from ripple_flwr.runs.outputs import (
     RESUME_AUTO,
 )
-from ripple_flwr.runs.resume import load_server_state
 from ripple_flwr.settings import ConfigError, RunSettings
 
 log = logging.getLogger("flwr.ripple")

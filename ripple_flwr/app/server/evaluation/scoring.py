@@ -15,10 +15,10 @@ from flwr.serverapp import Grid
 
 from ripple_flwr.app.protocol.candidates import Payload, payload_records, payload_size
 from ripple_flwr.app.protocol.messages import evaluate_config
-from ripple_flwr.app.server.strategies.core.replies.validation import collect_evaluations
-from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
-from ripple_flwr.app.server.strategies.core.rounds.accounting import ClientScore, Dropped
-from ripple_flwr.app.server.strategies.core.rounds.grid import send_and_receive
+from ripple_flwr.app.server.replies.validation import collect_evaluations
+from ripple_flwr.app.server.roster.query import QueryResult
+from ripple_flwr.app.server.rounds.accounting import ClientScore, Dropped
+from ripple_flwr.app.server.rounds.grid import send_and_receive
 from ripple_flwr.runs.results import client_stats
 
 

@@ -1,6 +1,6 @@
 """A method's state between rounds as plain data, Flower's own types included.
 
-:mod:`ripple_flwr.runs.resume` saves numpy arrays, dicts, lists and JSON
+:mod:`ripple_flwr.app.server.resume.file` saves numpy arrays, dicts, lists and JSON
 scalars. Flower's strategies keep ``ArrayRecord`` s too (FedOpt's and
 FedAvgM's ``current_arrays``): here they become a tagged dict of arrays and
 come back as the same record, byte for byte. Anything else that cannot be saved
@@ -25,7 +25,7 @@ _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
 
 def to_plain(name: str, value: Any) -> Any:
     """``value`` with every ``ArrayRecord`` replaced by a tagged dict; a ``TypeError`` names
-    ``name`` for anything :mod:`ripple_flwr.runs.resume` cannot save."""
+    ``name`` for anything :mod:`ripple_flwr.app.server.resume.file` cannot save."""
     if isinstance(value, ArrayRecord):
         return {_RECORD_TAG: record_to_state(value)}
     if isinstance(value, np.random.Generator):

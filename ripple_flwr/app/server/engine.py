@@ -24,27 +24,27 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from ripple_flwr.app.protocol.candidates import Payload, payload_records
 from ripple_flwr.app.protocol.messages import NUM_EXAMPLES, TRAIN_LOSS, train_config, with_round
-from ripple_flwr.app.server.strategies.core.evaluation.rounds import Evaluator, metrics_of
-from ripple_flwr.app.server.strategies.core.replies.acceptance import Replies, bytes_of
-from ripple_flwr.app.server.strategies.core.replies.defences import UpdateHistory
-from ripple_flwr.app.server.strategies.core.replies.validation import (
+from ripple_flwr.app.server.evaluation.rounds import Evaluator, metrics_of
+from ripple_flwr.app.server.replies.acceptance import Replies, bytes_of
+from ripple_flwr.app.server.replies.defences import UpdateHistory
+from ripple_flwr.app.server.replies.validation import (
     Accepted,
     Reference,
     state_reference,
 )
-from ripple_flwr.app.server.strategies.core.replies.validator import ReplyValidator
-from ripple_flwr.app.server.strategies.core.roster.admission import ClientRoster
-from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
-from ripple_flwr.app.server.strategies.core.rounds.accounting import Ledger, RoundBook
-from ripple_flwr.app.server.strategies.core.rounds.grid import PollingGrid
-from ripple_flwr.app.server.strategies.core.rounds.loop import run_rounds
-from ripple_flwr.app.server.strategies.core.rounds.sampler import Sampler
-from ripple_flwr.app.server.strategies.core.state.server_state import (
+from ripple_flwr.app.server.replies.validator import ReplyValidator
+from ripple_flwr.app.server.resume.file import save_server_state
+from ripple_flwr.app.server.resume.server_state import (
     restore_server_state,
     server_state,
 )
+from ripple_flwr.app.server.roster.admission import ClientRoster
+from ripple_flwr.app.server.roster.query import QueryResult
+from ripple_flwr.app.server.rounds.accounting import Ledger, RoundBook
+from ripple_flwr.app.server.rounds.grid import PollingGrid
+from ripple_flwr.app.server.rounds.loop import run_rounds
+from ripple_flwr.app.server.rounds.sampler import Sampler
 from ripple_flwr.methods.api import Export, Method, Onboarding, declared_fields
-from ripple_flwr.runs.resume import save_server_state
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
@@ -321,7 +321,7 @@ class Engine(Strategy):
         ``timeout`` (per round) defaults to the run's ``round-timeout``;
         ``train_config`` to the run's client optimiser settings. A resumed run
         continues from the round after :attr:`round_offset` (see
-        :func:`~ripple_flwr.app.server.strategies.core.rounds.loop.run_rounds`).
+        :func:`~ripple_flwr.app.server.rounds.loop.run_rounds`).
         """
         if evaluate_fn is not None:
             raise ValueError("the app evaluates on the clients; evaluate_fn is not supported")

@@ -5,7 +5,7 @@ rounds (SCAFFOLD's c, FedDyn's h) and their clients keep state in Flower's
 ``context.state`` (c_i, g_k, the personal model), so, like Ripple, the method
 holds the global model, gives each round's payloads and folds the validated
 replies in with its own rule (:meth:`GlobalModel.update`); the engine
-(:class:`~ripple_flwr.app.server.strategies.core.base.Engine`) runs the round.
+(:class:`~ripple_flwr.app.server.engine.Engine`) runs the round.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from flwr.app import ArrayRecord, ConfigRecord
 from ripple_flwr.aggregation.robust import unsafe_step
 from ripple_flwr.app.protocol.messages import RULE, rule_record
 from ripple_flwr.app.protocol.records import state_to_record
-from ripple_flwr.app.server.strategies.core.replies.validation import Accepted
-from ripple_flwr.app.server.strategies.core.roster.query import QueryResult
-from ripple_flwr.app.server.strategies.core.state.plain import field_values, set_fields
+from ripple_flwr.app.server.replies.validation import Accepted
+from ripple_flwr.app.server.resume.plain import field_values, set_fields
+from ripple_flwr.app.server.roster.query import QueryResult
 from ripple_flwr.methods.api import declared_fields
 from ripple_flwr.settings import RunSettings
 
