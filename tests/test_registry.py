@@ -11,6 +11,7 @@ import pytest
 
 from ripple_flwr.app.run_config import check_run, summary_kind
 from ripple_flwr.methods import registry as methods
+from ripple_flwr.methods.api import Method
 from ripple_flwr.methods.fedavg.server import FedAvgMethod
 from ripple_flwr.methods.registry import (
     METHODS,
@@ -172,6 +173,79 @@ def test_the_engine_is_the_one_strategy_and_every_method_lineage_is_short():
     ours = {c for c in below(Strategy) if c.__module__.split(".")[0] == "ripple_flwr"}
     assert ours == {Engine}
     for name, spec in METHODS.items():
-        lineage = [k for k in spec.method_class.__mro__ if k.__module__.startswith("ripple_flwr.")]
+        lineage = [
+            k
+            for k in spec.method_class.__mro__
+            if k.__module__.startswith("ripple_flwr.") and k is not Method  # the interface
+        ]
         assert 1 <= len(lineage) <= 2, f"{name}: {[k.__name__ for k in lineage]}"
         assert not issubclass(spec.method_class, Strategy), name
+        assert issubclass(spec.method_class, Method), name
+
+
+def _folder_with(tmp_path, body: str) -> MethodSpec:
+    """A registered-looking spec whose folder's server.py is ``body`` (never registered)."""
+    import importlib
+    import sys
+    import textwrap
+
+    pkg = tmp_path / "hookcheck"
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "server.py").write_text(textwrap.dedent(body))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        importlib.invalidate_caches()
+        sys.modules.pop("hookcheck.server", None)
+        spec = MethodSpec(
+            "hookcheck", "a test", models="one", exports="none", family="global",
+            package="hookcheck",
+        )  # fmt: skip
+        spec.method_class  # noqa: B018 - the check runs on first use
+        return spec
+    finally:
+        sys.path.remove(str(tmp_path))
+        for mod in [m for m in sys.modules if m.startswith("hookcheck")]:
+            del sys.modules[mod]
+
+
+METHOD_BODY = """
+    from ripple_flwr.methods.api import Method
+
+    class HookCheck(Method):
+        state_fields = ()
+
+        def aggregate(self, server_round, accepted):
+            return None
+
+        def eval_payloads(self, arrays, rows):
+            return [arrays] * len(rows)
+
+        def state(self):
+            return {}
+
+        def restore(self, fields):
+            pass
+    {extra}
+    METHOD = HookCheck
+"""
+
+
+def test_a_misspelt_hook_is_refused_at_registration_with_the_hook_it_looks_like(tmp_path):
+    ok = METHOD_BODY.replace("{extra}", "")
+    _folder_with(tmp_path, ok)  # the bare method registers
+    misspelt = METHOD_BODY.replace(
+        "{extra}", "\n        def sample_row(self, server_round):\n            return None\n"
+    )
+    with pytest.raises(ValueError, match=r"HookCheck\.sample_row .*did you mean sample_rows"):
+        _folder_with(tmp_path, misspelt)
+
+
+def test_a_method_without_a_required_hook_or_not_a_method_is_refused(tmp_path):
+    no_restore = METHOD_BODY.replace("{extra}", "").replace(
+        "def restore(self, fields):\n            pass", "pass"
+    )
+    with pytest.raises(ValueError, match="does not define restore"):
+        _folder_with(tmp_path, no_restore)
+    with pytest.raises(ValueError, match="subclass of ripple_flwr.methods.api.Method"):
+        _folder_with(tmp_path, "class Plain:\n    pass\nMETHOD = Plain\n")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from ripple_flwr.methods.api import declared_fields
+from ripple_flwr.methods.api import REQUIRED_HOOKS, Method, declared_fields, misspelt_hooks
 from ripple_flwr.settings import Option, RunSettings
 
 if TYPE_CHECKING:  # the registry stays light: routers are the server's
@@ -167,11 +167,25 @@ class MethodSpec:
         """The method's class (``server.METHOD``), which the engine runs; an incomplete folder
         is refused."""
         cls = getattr(self.server, "METHOD", None)
-        hooks = ("aggregate", "eval_payloads", "state", "restore")
-        if not isinstance(cls, type) or not all(callable(getattr(cls, h, None)) for h in hooks):
+        if not isinstance(cls, type) or not issubclass(cls, Method):
             raise ValueError(
                 f"method {self.name!r}: {self.package}.server has no METHOD class to run it "
-                f"(a class with {', '.join(hooks)})"
+                "(a subclass of ripple_flwr.methods.api.Method, with "
+                f"{', '.join(REQUIRED_HOOKS)})"
+            )
+        missing = [h for h in REQUIRED_HOOKS if getattr(cls, h) is getattr(Method, h)]
+        if missing:
+            raise ValueError(
+                f"method {self.name!r}: {cls.__name__} does not define {', '.join(missing)} "
+                "(every method does: docs/adding-a-method.md)"
+            )
+        misspelt = misspelt_hooks(cls)
+        if misspelt:
+            name, hook = next(iter(misspelt.items()))
+            raise ValueError(
+                f"method {self.name!r}: {cls.__name__}.{name} is no hook the engine knows "
+                f"(did you mean {hook}?); the engine would never call it. Rename it, or make "
+                "a helper private (_name)"
             )
         if "state_fields" not in vars(cls):
             raise ValueError(
@@ -187,9 +201,7 @@ class MethodSpec:
 
     def check_settings(self, settings: RunSettings) -> None:
         """The method's own rules on the run's settings (its class's ``check_settings``)."""
-        check = getattr(self.method_class, "check_settings", None)
-        if check is not None:
-            check(settings)
+        self.method_class.check_settings(settings)
 
     def make(self, inputs: MethodInputs) -> Any:
         """The method for one run (the engine holds it): ``server.build(spec, inputs)`` if

@@ -65,28 +65,11 @@ class Engine(Strategy):
 
     It owns the run: the roster, the seeded :class:`Sampler`, the :class:`RoundBook`,
     the :class:`Replies` (validation and defences), the :class:`Evaluator`, resume and the
-    round loop. The method (``method``, an object of the method's folder, see
-    docs/adding-a-method.md) is asked only what it decides, through its hooks:
-
-    - ``train_payloads(rows, arrays)`` (one model, or candidates, per sampled row) and
-      optionally ``extra_train_records(rows)``; or, for Flower's own strategies,
-      ``configure_train(server_round, rows, arrays, config, grid)`` (the messages);
-    - ``aggregate(server_round, accepted)``: fold the validated replies in; the new global
-      arrays or ``None``;
-    - ``eval_payloads(arrays)`` and optionally ``eval_payloads_of(arrays, rows)``;
-    - optionally ``setup(clients)``, ``before_training(grid, timeout)``,
-      ``add_clients(joined, server_round)``, ``sample_rows(server_round)`` (``None``: uniform),
-      ``round_opened(server_round, grid)``, ``scored(server_round, per_client)``,
-      ``check_reply``, ``update_origin``, ``sent_state``, ``extra_reply_references``,
-      ``onboard(new)`` / ``onboard_payloads(new)``, ``reference_models()``,
-      ``zero_shot_extras()``, ``export()`` / ``saved_models()``, ``finish(arrays)``,
-      ``num_models``, ``run_record(rec)``, ``summary()``, ``query_summary``;
-    - its state: ``state_fields`` (joined over its classes), ``state()`` and
-      ``restore(fields)``.
-
-    The method reads the run through ``method.run`` (this engine): ``settings``,
-    ``clients``, ``new_clients``, ``num_rounds``, ``reference``, ``grid``, ``sampler`` and
-    ``book``.
+    round loop. The method (``method``, a :class:`~ripple_flwr.methods.api.Method` of the
+    method's folder, see docs/adding-a-method.md) is asked only what it decides, through
+    the hooks :class:`~ripple_flwr.methods.api.Method` declares, each called by name here
+    (its default when the method does not override it). The method reads the run through
+    ``method.run`` (this engine, as a :class:`~ripple_flwr.methods.api.RunView`).
     """
 
     round_offset: int = 0  # rounds already done before this process (a resumed run)
@@ -124,7 +107,7 @@ class Engine(Strategy):
         super().__init__()
         self.settings = settings
         self.method = method
-        self.summary_kind, self.summary_dim = getattr(method, "query_summary", ("none", None))
+        self.summary_kind, self.summary_dim = method.query_summary
         self.reference = state_reference(reference)
         self.num_rounds = settings.training.num_server_rounds
         self.roster = (
@@ -145,10 +128,6 @@ class Engine(Strategy):
         self.evaluator = Evaluator(settings) if evaluator is None else evaluator
         self.grid: Grid | None = None  # the grid of the last admission (a method's side rounds)
         method.run = self
-
-    def _hook(self, name: str) -> Any:
-        """The method's hook ``name``, or None if it has none."""
-        return getattr(self.method, name, None)
 
     # -- what the method declares ---------------------------------------------------------
     def declared_state(self) -> tuple[str, ...]:
@@ -192,15 +171,13 @@ class Engine(Strategy):
     @property
     def num_models(self) -> int:
         """How many models the server holds (and could hand a new client)."""
-        return int(getattr(self.method, "num_models", 1))
+        return int(self.method.num_models)
 
     def prepare(self, grid: Grid) -> QueryResult:
         """Wait for the nodes and run the one-shot round; then the method's ``setup``."""
         clients = self.roster.prepare(grid)
         self.book.ledger.query_seconds = self.roster.query_seconds
-        setup = self._hook("setup")
-        if setup is not None:
-            setup(clients)
+        self.method.setup(clients)
         return clients
 
     def admit(self, grid: Grid, server_round: int) -> None:
@@ -223,9 +200,7 @@ class Engine(Strategy):
         self.sampler.forget(self.roster.taken_over)
         if joined is not None:
             self.clients.extend(joined)
-            add = self._hook("add_clients")
-            if add is not None:
-                add(joined, server_round)
+            self.method.add_clients(joined, server_round)
         keep = self.checkpoint_path is not None and self.settings.outputs.checkpoint_every
         if keep and self.roster.releases.requests != asked:
             save_server_state(self.checkpoint_path, self.server_state(server_round - 1))
@@ -233,9 +208,21 @@ class Engine(Strategy):
 
     def sample_rows(self, server_round: int) -> np.ndarray:
         """This round's rows: the method's own draw, else uniform over the active rows."""
-        own = self._hook("sample_rows")
-        rows = None if own is None else own(server_round)
+        rows = self.method.sample_rows(server_round)
         return self.sampler.uniform(len(self.clients)) if rows is None else rows
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The run's seeded generator (the sampler's), for a method's own random choices."""
+        return self.sampler.rng
+
+    def add_bytes(self, down: int, up: int) -> None:
+        """Count the bytes of a method's own side round in this round's record."""
+        self.book.add_bytes(down, up)
+
+    def refuse(self, reason: str) -> None:
+        """Refuse this round's update (the model stays as it was), naming why."""
+        self.book.refuse(reason)
 
     def active_rows(self) -> np.ndarray:
         """Rows that may be sampled: not failed ``max-failures`` training rounds in a row."""
@@ -249,61 +236,40 @@ class Engine(Strategy):
     @property
     def extra_reply_references(self) -> dict[str, Reference]:
         """Extra ArrayRecords every training reply must carry (SCAFFOLD: its control delta)."""
-        return getattr(self.method, "extra_reply_references", {})
+        return self.method.extra_reply_references
 
     def sent_state(self, row: int) -> dict[str, np.ndarray] | None:
         """The model sent to ``row`` this round, if the method keeps it (else it is decoded)."""
-        own = self._hook("sent_state")
-        return None if own is None else own(row)
+        return self.method.sent_state(row)
 
     def update_origin(self, a: Accepted, sent: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The model a reply's update is measured from: what was sent (IFCA: the chosen one)."""
-        own = self._hook("update_origin")
-        return sent if own is None else own(a, sent)
+        return self.method.update_origin(a, sent)
 
     def check_reply(self, a: Accepted) -> str | None:
         """The method's own check of a valid reply: the reason to drop it, or ``None``."""
-        own = self._hook("check_reply")
-        return None if own is None else own(a)
+        return self.method.check_reply(a)
 
     # -- what the run reads of the method ----------------------------------------------------
     def eval_payloads_of(self, arrays: ArrayRecord, rows: np.ndarray) -> list[Payload]:
-        """The payloads of the clients at ``rows`` (an ``eval-fraction`` sample, or all).
-
-        The method's ``eval_payloads_of`` if it builds only these, else its
-        ``eval_payloads`` of every client, then picked.
-        """
-        own = self._hook("eval_payloads_of")
-        if own is not None:
-            return own(arrays, rows)
-        payloads = self.method.eval_payloads(arrays)
-        return [payloads[r] for r in rows.tolist()]
+        """The payloads of the clients at ``rows`` (an ``eval-fraction`` sample, or all)."""
+        return self.method.eval_payloads(arrays, rows)
 
     def onboard(self, new: QueryResult) -> Onboarding:
         """The new clients' zero-shot models, as the run reads them."""
-        own = self._hook("onboard")
-        if own is not None:
-            return own(new)
-        payloads = self._hook("onboard_payloads")
-        return Onboarding(None if payloads is None else payloads(new))
+        return self.method.onboard(new)
 
     def export(self) -> Export:
         """What a saved run keeps for onboarding outside it."""
-        own = self._hook("export")
-        if own is not None:
-            return own()
-        models = self._hook("saved_models")
-        return Export(None if models is None else models())
+        return self.method.export()
 
     def reference_models(self) -> list[ArrayRecord]:
         """Every model the server holds, for the best-by-loss reference (none by default)."""
-        own = self._hook("reference_models")
-        return [] if own is None else own()
+        return self.method.reference_models()
 
     def zero_shot_extras(self) -> dict[str, Any]:
         """Method-specific additions to the zero-shot record (Ripple: routing of new clients)."""
-        own = self._hook("zero_shot_extras")
-        return {} if own is None else own()
+        return self.method.zero_shot_extras()
 
     # -- the run ---------------------------------------------------------------------------
     def start(
@@ -331,9 +297,8 @@ class Engine(Strategy):
             train_config = client_train_config(self.settings)
         if self.clients is None:
             self.prepare(grid)
-        before = self._hook("before_training")
-        if self.round_offset == 0 and before is not None:  # a resumed run did this already
-            before(grid, timeout)
+        if self.round_offset == 0:  # a resumed run did this already
+            self.method.before_training(grid, timeout)
         log.info("Starting %s strategy:", type(self.method).__name__)
         self.summary()
         result = run_rounds(
@@ -350,8 +315,7 @@ class Engine(Strategy):
         # No aggregate at all (every reply refused): the model is still the one it started with.
         if not len(result.arrays):
             result.arrays = initial_arrays
-        finish = self._hook("finish")
-        own = None if finish is None else finish(result.arrays)
+        own = self.method.finish(result.arrays)
         if own is not None:
             result.arrays = own
         return result
@@ -364,9 +328,7 @@ class Engine(Strategy):
         self.book.open(server_round)  # the round's server time starts here
         rows = np.asarray(self.sample_rows(server_round), dtype=np.int64)
         self.book.sampled([self.clients.partition_ids[int(r)] for r in rows])
-        opened = self._hook("round_opened")
-        if opened is not None:
-            opened(server_round, grid)
+        self.method.round_opened(server_round, grid)
         return rows
 
     def configure_train(
@@ -374,12 +336,11 @@ class Engine(Strategy):
     ) -> Iterable[Message]:
         """One message per sampled client, each carrying the model that client receives."""
         rows = self.begin_round(server_round, grid)
-        flower = self._hook("configure_train")
-        if flower is not None:  # one of Flower's strategies builds its own messages
-            return self.record_sent(rows, flower(server_round, rows, arrays, config, grid))
+        own = self.method.configure_train(server_round, rows, arrays, config, grid)
+        if own is not None:  # one of Flower's strategies builds its own messages
+            return self.record_sent(rows, own)
         config = with_round(config, server_round)
-        extra = self._hook("extra_train_records")
-        extras = [{} for _ in rows] if extra is None else extra(rows)
+        extras = self.method.extra_train_records(rows)
         messages = [
             Message(
                 RecordDict({**payload_records(payload), "config": config, **more}),
@@ -449,9 +410,7 @@ class Engine(Strategy):
         rec = self.evaluator.score(server_round, replies, self.clients, self.num_rounds)
         if rec is None:
             return None
-        scored = self._hook("scored")
-        if scored is not None:
-            scored(server_round, rec.clients)
+        self.method.scored(server_round, rec.clients)
         self.book.add_evaluation(rec)
         row_of = {p: r for r, p in enumerate(self.clients.partition_ids)}
         self.sampler.readmit(server_round, rec.clients, row_of)
@@ -491,9 +450,7 @@ class Engine(Strategy):
             s.evaluation.eval_fraction,
             s.training.seed,
         )
-        own = self._hook("summary")
-        if own is not None:
-            own()
+        self.method.summary()
 
     # -- results ---------------------------------------------------------------------------
     def run_record(self) -> dict[str, Any]:
@@ -503,5 +460,4 @@ class Engine(Strategy):
             **self.ledger.to_dict(),
             "late_joiners": self.roster.joined,
         }
-        own = self._hook("run_record")
-        return rec if own is None else own(rec)
+        return self.method.run_record(rec)

@@ -161,7 +161,7 @@ class FeSEMMethod(ClusterModels):
             members = active[labels == k]
             if len(members) >= 2:  # the authors skip clusters of one client
                 size = min(self.settings.training.clients_per_round, len(members))
-                picked.append(members[uniform_sample(len(members), size, self.run.sampler.rng)])
+                picked.append(members[uniform_sample(len(members), size, self.run.rng)])
         if not picked:
             return None
         return np.sort(np.concatenate(picked))

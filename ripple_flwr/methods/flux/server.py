@@ -62,7 +62,7 @@ from ripple_flwr.app.server.bases.clustered import ClusterModels
 from ripple_flwr.app.server.replies.fields import SIZE_CAP_FACTOR
 from ripple_flwr.app.server.replies.validation import Accepted
 from ripple_flwr.app.server.roster.query import QueryResult
-from ripple_flwr.methods.api import Export
+from ripple_flwr.methods.api import Export, Onboarding
 from ripple_flwr.methods.flux.descriptors import DescriptorRound, descriptor_round
 from ripple_flwr.methods.flux.spec import (
     FLUX_ACCURACY_DELTA,
@@ -160,7 +160,7 @@ class FLUXMethod(ClusterModels):
         messages sent since the last one (late joiners' and the clustering's)."""
         if self.should_cluster(server_round):
             self.cluster_clients(grid, server_round)
-        self.run.book.add_bytes(*self._pending)
+        self.run.add_bytes(*self._pending)
         self._pending = [0, 0]
 
     def aggregate(self, server_round: int, accepted: list[Accepted]) -> None:
@@ -287,17 +287,17 @@ class FLUXMethod(ClusterModels):
         return labels, rec
 
     # -- new clients and results --------------------------------------------------------------
-    def onboard_payloads(self, new: QueryResult) -> list:
+    def onboard(self, new: QueryResult) -> Onboarding:
         """The cluster model each new client's label-free descriptor is nearest to."""
         records = self.model_records()
         if not self.clustered_at or self.num_models == 1:
             self.new_record = {"clustered": bool(self.clustered_at), "labels": [0] * len(new)}
-            return [records[0]] * len(new)
+            return Onboarding([records[0]] * len(new))
         labels, rec = self.assign_unseen(
             self.run.grid, list(new.node_ids), "new clients", self.run.num_rounds + 1
         )
         self.new_record = {"clustered": True, **rec}
-        return [records[int(c)] for c in labels]
+        return Onboarding([records[int(c)] for c in labels])
 
     def saved_descriptor(self) -> dict[str, np.ndarray] | None:
         """What ``onboard.py`` needs to assign a new client as the run does (None: one model)."""

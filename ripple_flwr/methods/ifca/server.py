@@ -177,9 +177,9 @@ class IFCAMethod(ClusterModels):
         self.average_into_clusters(server_round, accepted, labels)
         return None
 
-    def eval_payloads(self, arrays: ArrayRecord) -> list[list[ArrayRecord]]:
+    def eval_payloads(self, arrays: ArrayRecord, rows: np.ndarray) -> list[list[ArrayRecord]]:
         """All K models: each client is scored with its lowest training-loss one."""
-        return [self.model_records()] * len(self.run.clients)
+        return [self.model_records()] * len(rows)
 
     def scored(self, server_round: int, per_client: list) -> None:
         """The models the clients chose in this evaluation are their assignment."""

@@ -16,10 +16,11 @@ from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.replies.validation import Accepted
 from ripple_flwr.app.server.resume.plain import field_values, set_fields
 from ripple_flwr.app.server.roster.query import QueryResult
+from ripple_flwr.methods.api import Method
 from ripple_flwr.settings import RunSettings
 
 
-class LocalOnlyMethod:
+class LocalOnlyMethod(Method):
     """One model per client, never shared; all start from the same initialisation.
 
     Parameters
@@ -58,10 +59,7 @@ class LocalOnlyMethod:
             self.states[a.row] = a.state
         return None
 
-    def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
-        return states_to_records(self.states)
-
-    def eval_payloads_of(self, arrays: ArrayRecord, rows: np.ndarray) -> list[ArrayRecord]:
+    def eval_payloads(self, arrays: ArrayRecord, rows: np.ndarray) -> list[ArrayRecord]:
         """Only the sampled clients' own models are serialised."""
         return states_to_records([self.states[r] for r in rows.tolist()])
 

@@ -47,6 +47,7 @@ from ripple_flwr.aggregation.subspaces import (
 from ripple_flwr.app.server.bases.clustered import ClusterModels
 from ripple_flwr.app.server.replies.validation import Accepted
 from ripple_flwr.app.server.roster.query import QueryResult
+from ripple_flwr.methods.api import Onboarding
 from ripple_flwr.methods.pacfl.spec import PACFL_BETA, PACFL_LINKAGE, PACFL_P
 from ripple_flwr.methods.spec import MethodInputs, MethodSpec
 from ripple_flwr.settings import RunSettings
@@ -148,7 +149,7 @@ class PACFLMethod(ClusterModels):
         )
 
     # -- new clients and results --------------------------------------------------------------
-    def onboard_payloads(self, new: QueryResult) -> list:
+    def onboard(self, new: QueryResult) -> Onboarding:
         """The model of the cluster whose training client is at the smallest angle."""
         records = self.model_records()
         labels, nearest = self.assign(new)
@@ -157,7 +158,7 @@ class PACFLMethod(ClusterModels):
             "smallest_angle": nearest.tolist(),
             "partition_ids": [int(p) for p in new.partition_ids],
         }
-        return [records[int(c)] for c in labels]
+        return Onboarding([records[int(c)] for c in labels])
 
     def reference_models(self) -> list:
         """Every cluster model (the best-by-loss reference beside PACFL's own assignment)."""

@@ -25,7 +25,7 @@ from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.replies.validation import Accepted
 from ripple_flwr.app.server.resume.plain import field_values, set_fields
 from ripple_flwr.app.server.roster.query import QueryResult
-from ripple_flwr.methods.api import Export, Onboarding
+from ripple_flwr.methods.api import Export, Method, Onboarding
 from ripple_flwr.methods.ripple.optimizer import ClusterOptimizer
 from ripple_flwr.methods.ripple.spec import CLUSTER_OPTIMIZER, RIPPLE_STRAT_ORDER
 from ripple_flwr.methods.spec import MethodInputs, MethodSpec
@@ -42,7 +42,7 @@ def stack_models(state: dict[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
     return {key: np.repeat(np.asarray(v)[None], k, axis=0) for key, v in state.items()}
 
 
-class RippleMethod:
+class RippleMethod(Method):
     """Ripple-Strat / Ripple-Unif / Ripple-HDB over the cluster models (and the oracle reference).
 
     Client k receives ``theta_k = sum_c w_kc theta_c`` and returns its full
@@ -232,7 +232,7 @@ class RippleMethod:
     def restore(self, fields: dict[str, Any]) -> None:
         set_fields(self, fields)
 
-    def onboard_payloads(self, new: QueryResult) -> list[ArrayRecord]:
+    def _mixed_for(self, new: QueryResult) -> list[ArrayRecord]:
         """theta_new = sum_c w_new,c theta_c from one batched router pass (phase 4)."""
         w = self.route(new)
         states = unstack(mix_stacked(self.model_weights(w), self.stacked))
@@ -242,7 +242,7 @@ class RippleMethod:
     def onboard(self, new: QueryResult) -> Onboarding:
         """The new clients' mixed models, and those the router gave w = 1/K."""
         seen = len(self.out_of_domain)
-        payloads = self.onboard_payloads(new)
+        payloads = self._mixed_for(new)
         ids = {int(p) for p in new.partition_ids}
         flagged = [
             {"partition": int(f["partition"]), "reason": str(f["reason"])}
@@ -269,7 +269,7 @@ class RippleMethod:
         sample = stratified_sample(
             self.weights[active],
             self.run.round_size(len(active)),
-            self.run.sampler.rng,
+            self.run.rng,
             server_round=server_round,
             order=RIPPLE_STRAT_ORDER.of(self.settings),
         )
@@ -332,11 +332,7 @@ class RippleMethod:
         self.stacked = updated
         return None  # the cluster models live in the method; see finish()
 
-    def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
-        """Every client's personalised model theta_k."""
-        return self.eval_payloads_of(arrays, np.arange(len(self.weights)))
-
-    def eval_payloads_of(self, arrays: ArrayRecord, rows: np.ndarray) -> list[ArrayRecord]:
+    def eval_payloads(self, arrays: ArrayRecord, rows: np.ndarray) -> list[ArrayRecord]:
         """The personalised models of the clients at ``rows`` only (an ``eval-fraction`` sample):
         mixing all of them first held 10,000 models at once (14 GB, benchmarks/scale.py)."""
         with worker_threads() as workers:

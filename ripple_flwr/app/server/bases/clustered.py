@@ -23,13 +23,14 @@ from ripple_flwr.app.protocol.records import states_to_records
 from ripple_flwr.app.server.replies.validation import Accepted
 from ripple_flwr.app.server.resume.plain import field_values, set_fields
 from ripple_flwr.app.server.roster.query import QueryResult
+from ripple_flwr.methods.api import Export, Method, Onboarding
 from ripple_flwr.runs.results import hard_ari
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
 
 
-class ClusterModels:
+class ClusterModels(Method):
     """Hard-assignment clustered FL: ``models`` (one per cluster) and ``assignment`` (per row).
 
     Subclasses set the initial models and assignments, and implement
@@ -173,19 +174,24 @@ class ClusterModels:
         return [records[self._sent_from[int(r)]] for r in rows]
 
     # -- evaluation and onboarding -----------------------------------------------------------
-    def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
+    def eval_payloads(self, arrays: ArrayRecord, rows: np.ndarray) -> list[ArrayRecord]:
         """Each client's own cluster model."""
-        records = self.model_records()
-        return [records[int(c)] for c in self.current_assignment()]
+        records, assignment = self.model_records(), self.current_assignment()
+        return [records[int(assignment[r])] for r in rows.tolist()]
 
-    def onboard_payloads(self, new: QueryResult) -> list:
+    def onboard(self, new: QueryResult) -> Onboarding:
         """Every cluster model; the new client keeps the lowest loss on its training split."""
         records = self.model_records()
         payload = records[0] if len(records) == 1 else list(records)
-        return [payload] * len(new)
+        return Onboarding([payload] * len(new))
 
     def saved_models(self) -> dict[str, np.ndarray]:
+        """The cluster models stacked on a leading axis."""
         return {k: np.stack([np.asarray(m[k]) for m in self.models]) for k in self.models[0]}
+
+    def export(self) -> Export:
+        """The cluster models (a new client outside the run is sent all of them)."""
+        return Export(self.saved_models())
 
     def finish(self, arrays: ArrayRecord) -> ArrayRecord:
         """The run's result: the cluster models stacked on a leading axis, as one ArrayRecord."""

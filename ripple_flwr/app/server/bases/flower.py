@@ -24,7 +24,7 @@ from ripple_flwr.aggregation.robust import unsafe_step
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.server.roster.query import QueryResult
 from ripple_flwr.app.server.rounds.grid import SampledGrid
-from ripple_flwr.methods.api import declared_fields
+from ripple_flwr.methods.api import Export, Method, Onboarding, declared_fields
 from ripple_flwr.methods.options import FEDOPT_BETA1, FEDOPT_BETA2, FEDOPT_ETA, FEDOPT_TAU
 from ripple_flwr.settings import RunSettings
 
@@ -49,7 +49,7 @@ def flower_kwargs(settings: RunSettings) -> dict:
     }
 
 
-class FlowerMethod:
+class FlowerMethod(Method):
     """One of Flower's one-model strategies, held as Flower wrote it (composition).
 
     A method folder subclasses it once, naming ``flower_class`` (Flower's class) and, in
@@ -155,19 +155,20 @@ class FlowerMethod:
         """Flower's own settings line."""
         self.flower.summary()
 
-    def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
+    def eval_payloads(self, arrays: ArrayRecord, rows: np.ndarray) -> list[ArrayRecord]:
         """Every client evaluates the current global model."""
-        return [arrays] * len(self.run.clients)
+        return [arrays] * len(rows)
 
-    def onboard_payloads(self, new: QueryResult) -> list[ArrayRecord] | None:
+    def onboard(self, new: QueryResult) -> Onboarding:
         """New clients get the final global model: a one-model method's zero-shot answer."""
-        return None if self.final_global is None else [self.final_global] * len(new)
+        return Onboarding(None if self.final_global is None else [self.final_global] * len(new))
 
-    def saved_models(self) -> dict[str, np.ndarray] | None:
+    def export(self) -> Export:
         """The global model, on a leading axis of one."""
         if self.final_global is None:
-            return None
-        return {k: np.asarray(v)[None] for k, v in record_to_state(self.final_global).items()}
+            return Export(None)
+        state = record_to_state(self.final_global)
+        return Export({k: np.asarray(v)[None] for k, v in state.items()})
 
 
 # FedOpt's server optimiser (FedAdam, FedYogi, FedAdagrad): each lists the ones it reads.

@@ -24,7 +24,7 @@ from ripple_flwr.app.protocol.records import state_to_record
 from ripple_flwr.app.server.replies.validation import Accepted
 from ripple_flwr.app.server.resume.plain import field_values, set_fields
 from ripple_flwr.app.server.roster.query import QueryResult
-from ripple_flwr.methods.api import declared_fields
+from ripple_flwr.methods.api import Export, Method, Onboarding, declared_fields
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
@@ -44,7 +44,7 @@ def stacked_mean(
     return np.tensordot(weights / weights.sum(), stack, axes=1)
 
 
-class GlobalModel:
+class GlobalModel(Method):
     """A global model in the strategy; every sampled client receives it, every client is
     evaluated with it (its client rule may personalise it first), new clients get it.
 
@@ -118,7 +118,7 @@ class GlobalModel:
                 sorted(self.run.clients.partition_ids[a.row] for a in accepted),
                 reason,
             )
-            self.run.book.refuse(reason)
+            self.run.refuse(reason)
             return None
         for a in accepted:
             self.trained_count[a.row] = self.trained_count.get(a.row, 0) + 1
@@ -173,16 +173,17 @@ class GlobalModel:
         return {k: accepted[0].state[k] for k in self.global_state if k not in self.float_keys}
 
     # -- evaluation, onboarding, saved runs --------------------------------------------------
-    def eval_payloads(self, arrays: ArrayRecord) -> list[ArrayRecord]:
+    def eval_payloads(self, arrays: ArrayRecord, rows: np.ndarray) -> list[ArrayRecord]:
         """Every client gets the global model (its rule may personalise it)."""
-        return [self.global_record()] * len(self.run.clients)
+        return [self.global_record()] * len(rows)
 
-    def onboard_payloads(self, new: QueryResult) -> list[ArrayRecord] | None:
-        return [self.global_record()] * len(new)
+    def onboard(self, new: QueryResult) -> Onboarding:
+        """New clients get the global model."""
+        return Onboarding([self.global_record()] * len(new))
 
-    def saved_models(self) -> dict[str, np.ndarray]:
+    def export(self) -> Export:
         """The global model, on a leading axis of one."""
-        return {k: np.asarray(v)[None] for k, v in self.global_state.items()}
+        return Export({k: np.asarray(v)[None] for k, v in self.global_state.items()})
 
     @property
     def num_models(self) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,6 +34,7 @@ from ripple_flwr.app.server.replies.fields import (
     as_number,
 )
 from ripple_flwr.app.server.rounds.accounting import ClientScore, Dropped
+from ripple_flwr.methods.api import Accepted
 
 log = logging.getLogger("flwr.ripple")
 
@@ -150,21 +150,6 @@ def validate_extra_records(
             arrays[key] = value
         out[name] = arrays
     return out
-
-
-@dataclass
-class Accepted:
-    """One valid training reply: the row (client) it came from and what it carried."""
-
-    row: int
-    state: dict[str, np.ndarray]
-    num_examples: int
-    train_loss: float
-    message: Message
-    # Extra ArrayRecords a method declared (SCAFFOLD's control delta), validated like the model.
-    extras: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
-    # The reply's metrics, converted and checked (train_metrics): what methods read.
-    metrics: dict[str, int | float] = field(default_factory=dict)
 
 
 def match_replies(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,6 +42,7 @@ from ripple_flwr.app.server.roster.own_data import (
     check_local_info,
 )
 from ripple_flwr.app.server.rounds.grid import send_and_receive
+from ripple_flwr.methods.api import QueryResult
 from ripple_flwr.runs.results import message_nbytes
 
 log = logging.getLogger("flwr.ripple")
@@ -51,78 +51,6 @@ QUERY_TYPE = QUERY  # the one-shot round's message type (ripple_flwr.app.protoco
 
 MAX_SECONDS = 86_400.0  # a client's reported embedding time: a day at most
 NPY_HEADER_LIMIT = 4096  # bytes of a .npy header beyond the data itself
-
-
-@dataclass
-class QueryResult:
-    """The usable clients, ordered by partition id, and why the others were left out."""
-
-    node_ids: list[int]
-    partition_ids: list[int]
-    num_examples: list[int]
-    features: np.ndarray | None
-    rejected: dict[int, str] = field(default_factory=dict)
-    bytes_up: list[int] = field(default_factory=list)
-    client_seconds: list[float] = field(default_factory=list)
-    num_test: list[int] = field(default_factory=list)  # test split sizes (0: not reported)
-    sources: list[str] = field(default_factory=list)  # "benchmark" | "local", by row
-    names: list[str] = field(default_factory=list)  # the nodes' own names (local data)
-
-    def __len__(self) -> int:
-        return len(self.node_ids)
-
-    def select(self, rows: Sequence[int]) -> QueryResult:
-        """The clients at ``rows`` (in that order); no rejections carried over."""
-        rows = [int(r) for r in rows]
-        return QueryResult(
-            node_ids=[self.node_ids[r] for r in rows],
-            partition_ids=[self.partition_ids[r] for r in rows],
-            num_examples=[self.num_examples[r] for r in rows],
-            features=None if self.features is None else self.features[rows],
-            bytes_up=[self.bytes_up[r] for r in rows] if self.bytes_up else [],
-            client_seconds=[self.client_seconds[r] for r in rows] if self.client_seconds else [],
-            num_test=[self.num_test[r] for r in rows] if self.num_test else [],
-            sources=[self.sources[r] for r in rows] if self.sources else [],
-            names=[self.names[r] for r in rows] if self.names else [],
-        )
-
-    def extend(self, other: QueryResult) -> None:
-        """Append ``other``'s clients (late joiners) after the current ones."""
-        self.node_ids += other.node_ids
-        self.partition_ids += other.partition_ids
-        self.num_examples += other.num_examples
-        if other.features is not None:
-            self.features = (
-                other.features
-                if self.features is None or not len(self.features)
-                else np.concatenate([self.features, other.features])
-            )
-        self.bytes_up += other.bytes_up
-        self.client_seconds += other.client_seconds
-        self.num_test += other.num_test
-        self.sources += other.sources
-        self.names += other.names
-        self.rejected.update(other.rejected)
-
-    def cap_sizes(self, cap: int) -> list[int]:
-        """Hold every reported size to ``cap`` (a multiple of the median); the rows capped."""
-        capped = [
-            r
-            for r in range(len(self))
-            if self.num_examples[r] > cap or (self.num_test and self.num_test[r] > cap)
-        ]
-        self.num_examples = [min(n, cap) for n in self.num_examples]
-        self.num_test = [min(n, cap) for n in self.num_test]
-        return capped
-
-    def known_train(self, row: int) -> int | None:
-        """The training split size the client reported once, in the query round."""
-        n = self.num_examples[row] if row < len(self.num_examples) else 0
-        return int(n) if n > 0 else None
-
-    def known_tests(self) -> list[int | None]:
-        """The test split sizes reported in the query round, by row (``None``: unknown)."""
-        return [int(n) if n > 0 else None for n in self.num_test] or [None] * len(self)
 
 
 def validate_summary(record: RecordDict, kind: str, dim: int | None) -> np.ndarray | None:
