@@ -26,7 +26,7 @@ from ripple_flwr.app.client.work import client_summary  # noqa: E402
 from ripple_flwr.app.run_config import parse_run_config  # noqa: E402
 from ripple_flwr.training.models import build_model, get_state  # noqa: E402
 
-KINDS = {"ripple (gmm-vae)": "embedding", "ripple (mean-unmixing)": "mean", "pacfl": "subspace"}
+KINDS = {"ripple (gmm-vae)": "embedding", "ripple (mean-unmixing)": "mean", "pacfl": "method"}
 
 
 def main(argv: list[str] | None = None) -> int:

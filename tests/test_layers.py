@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     # server side ("method_server") on the app. Nothing but the registry's discovery reaches a
     # folder's server or client module, and that by convention at run time, not by import.
     "methods": {"settings"},
-    "method_client": {"settings", "io", "training", "methods"},
+    "method_client": {"settings", "io", "training", "aggregation", "methods"},
     "method_server": BELOW_RUNS | {"runs", "app", "methods", "method_client"},
     "app": BELOW_RUNS | {"runs", "methods"},
     "cli": BELOW_RUNS | {"runs", "app", "methods"},

@@ -54,11 +54,10 @@ def test_every_registered_method_is_complete():
         assert name == spec.name
         spec.check()
         # Its folder: a package named after one of its entries, whose server runs it and whose
-        # client.py, where there is one, gives its clients' rule.
+        # client.py, where there is one, gives its clients' side (rule, summary, answer).
         assert spec.package.startswith("ripple_flwr.methods."), name
-        module = spec.client_module()
-        assert spec.client_rule == ("sgd" if module is None else spec.package.rpartition(".")[2])
-        assert module is None or callable(module.rule)
+        side = spec.client_side()
+        assert spec.client_rule == ("sgd" if side.rule is None else spec.package.rpartition(".")[2])
         assert "state_fields" in vars(spec.method_class), f"{name} declares no state"
         # Every option it reads is parsed from a run config, and only those of registered ones.
         assert set(o.key for o in spec.options) <= set(o.key for o in all_options())

@@ -161,6 +161,15 @@ class QueryResult:
         return [int(n) if n > 0 else None for n in self.num_test] or [None] * len(self)
 
 
+class ClientDataView(Protocol):
+    """What a method's client side (its folder's ``client.py``) reads of the node's data."""
+
+    x_train: np.ndarray  # (n, C, H, W) float32 in [0, 1]
+    y_train: np.ndarray  # (n,) int64
+    num_classes: int
+    image_shape: tuple[int, int, int]
+
+
 @runtime_checkable
 class RunView(Protocol):
     """The engine as a method sees it (``method.run``): the run's settings and clients, and

@@ -10,6 +10,7 @@ is imported only when the server builds the method, the client side only in the 
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 from collections.abc import Callable
@@ -33,6 +34,23 @@ Family = Literal["ripple", "global", "personalised", "clustered"]
 
 # The benchmarks beyond Table 1 that a method may list itself in (MethodSpec.benchmarks).
 BENCHMARKS = ("table2", "map")
+
+
+# What a method's client.py may define (each optional): ``rule(settings) -> ClientRule``, its
+# clients' training rule (default: plain SGD); ``summary(settings, data) -> array``, its own
+# one-shot summary, sent in the query round when its server asks for kind "method";
+# ``answer(settings, data, model, config, device) -> array``, its answer to its own side
+# query (FLUX's descriptor under the model sent).
+CLIENT_HOOKS = ("rule", "summary", "answer")
+
+
+@dataclass(frozen=True)
+class ClientSide:
+    """A method's client-side hooks (:data:`CLIENT_HOOKS`); ``None``: not defined."""
+
+    rule: Callable[[RunSettings], Any] | None = None
+    summary: Callable[..., np.ndarray] | None = None
+    answer: Callable[..., np.ndarray] | None = None
 
 
 @dataclass(frozen=True)
@@ -212,20 +230,47 @@ class MethodSpec:
         return self.method_class(inputs.settings, inputs.initial_state)
 
     def client_module(self) -> ModuleType | None:
-        """The folder's ``client.py`` (its clients' rule), or None: plain SGD."""
+        """The folder's ``client.py`` (its clients' side), or None: plain SGD, nothing else."""
         if not self.package or importlib.util.find_spec(f"{self.package}.client") is None:
             return None
-        module = importlib.import_module(f"{self.package}.client")
-        if not callable(getattr(module, "rule", None)):
-            raise ValueError(f"method {self.name!r}: {self.package}.client has no rule(settings)")
-        return module
+        return importlib.import_module(f"{self.package}.client")
+
+    def client_side(self) -> ClientSide:
+        """What the method's clients do beyond plain SGD (its folder's ``client.py``).
+
+        A module that defines none of :data:`CLIENT_HOOKS`, or a public function whose name
+        is near one but none (``summery``), is refused: the client would never call it.
+        """
+        module = self.client_module()
+        if module is None:
+            return ClientSide()
+        own = {
+            name
+            for name, value in vars(module).items()
+            if not name.startswith("_")
+            and callable(value)
+            and getattr(value, "__module__", None) == module.__name__
+        }
+        for name in sorted(own - set(CLIENT_HOOKS)):
+            near = difflib.get_close_matches(name, CLIENT_HOOKS, n=1, cutoff=0.8)
+            if near:
+                raise ValueError(
+                    f"method {self.name!r}: {module.__name__}.{name} is no client hook (did "
+                    f"you mean {near[0]}?); the client would never call it"
+                )
+        hooks = {name: vars(module)[name] for name in CLIENT_HOOKS if name in own}
+        if not hooks:
+            raise ValueError(
+                f"method {self.name!r}: {module.__name__} defines none of "
+                f"{', '.join(CLIENT_HOOKS)} (docs/adding-a-method.md)"
+            )
+        return ClientSide(**hooks)
 
     @property
     def client_rule(self) -> str:
-        """The clients' rule's name: the folder's name if it has ``client.py``, else ``sgd``."""
-        if not self.package or importlib.util.find_spec(f"{self.package}.client") is None:
-            return "sgd"
-        return self.package.rpartition(".")[2]
+        """The clients' rule's name: the folder's name if ``client.py`` has ``rule``, else
+        ``sgd``."""
+        return self.package.rpartition(".")[2] if self.client_side().rule else "sgd"
 
     def check(self) -> None:
         """Refuse an incomplete or inconsistent entry, naming what is wrong (no import)."""

@@ -30,11 +30,11 @@ from ripple_flwr.app.client.data import (
     local_data,
     remember_run_data,
 )
-from ripple_flwr.app.client.describe import client_descriptor
 from ripple_flwr.app.client.node_release import release_once
 from ripple_flwr.app.client.node_state import NodeStore
 from ripple_flwr.app.client.runtime import RUNTIME
 from ripple_flwr.app.client.work import (
+    answer_method_query,
     check_partition,
     choose_candidate,
     client_rule,
@@ -46,22 +46,22 @@ from ripple_flwr.app.flower_internals import ErrorCode
 from ripple_flwr.app.protocol.candidates import split_candidates
 from ripple_flwr.app.protocol.messages import (
     ARRAYS,
-    DESCRIBE,
     EVALUATE,
+    METHOD_QUERY,
     NODE_HELD_OUT,
     NODE_NUM_PARTITIONS,
     QUERY,
     STATE_TRAINED,
     TRAIN,
-    DescribeReply,
     EvaluateReply,
     LocalIdentity,
+    MethodQueryReply,
     ProtocolError,
     QueryReply,
     TrainReply,
     TrainRequest,
-    decode_describe,
     decode_evaluate,
+    decode_method_query,
     decode_query,
 )
 from ripple_flwr.app.protocol.records import (
@@ -239,20 +239,21 @@ def handle_evaluate(msg: Message, context: Context) -> Message:
 
 
 @answers_data_errors
-def handle_describe(msg: Message, context: Context) -> Message:
-    """FLUX: reply with the descriptor statistics under the received model."""
+def handle_method_query(msg: Message, context: Context) -> Message:
+    """A method's side query (FLUX's descriptor round): its client side answers under the
+    received model; the method's server checks the answer."""
     settings, data = node_data(context)
-    labelled, k = decode_describe(msg.content)
+    config = decode_method_query(msg.content)
     state = record_to_state(msg.content.array_records[ARRAYS])
-    phi = client_descriptor(settings, data, state, labelled=labelled, k=k)
-    return Message(DescribeReply(phi).to_content(), reply_to=msg)
+    phi = answer_method_query(settings, data, state, config)
+    return Message(MethodQueryReply(phi).to_content(), reply_to=msg)
 
 
 # The one handler table: client_app.py registers it with Flower's ClientApp, and the
 # one-process grid dispatches through it.
 HANDLERS: dict[str, Callable[[Message, Context], Message]] = {
     QUERY: handle_query,
-    DESCRIBE: handle_describe,  # FLUX's descriptor round
+    METHOD_QUERY: handle_method_query,  # a method's own side query (FLUX's descriptors)
     TRAIN: handle_train,
     EVALUATE: handle_evaluate,
 }

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ripple_flwr.aggregation.subspaces import class_subspaces
 from ripple_flwr.app.client.candidates import lowest_loss
 from ripple_flwr.app.client.data import ClientData, benchmark_data
 from ripple_flwr.app.client.runtime import RUNTIME
@@ -34,7 +33,6 @@ from ripple_flwr.app.protocol.messages import (
     SUMMARY_KINDS,
     TRAIN_LOSS,
 )
-from ripple_flwr.methods.pacfl.spec import PACFL_P
 from ripple_flwr.methods.registry import get_method
 from ripple_flwr.router.run_embedding import embedder_key, run_embedder
 from ripple_flwr.settings import RunSettings
@@ -120,16 +118,18 @@ def _data(settings: RunSettings, who: int | ClientData) -> ClientData:
 
 
 def client_summary(settings: RunSettings, who: int | ClientData, kind: str) -> np.ndarray | None:
-    """What the client sends once: its WST embedding Phi, its mean image, PACFL's per-class
-    subspaces of its training split (``pacfl-p`` vectors each), or nothing."""
+    """What the client sends once: its WST embedding Phi, its mean image, the run's method's
+    own summary (its folder's ``client.py``: ``summary``; PACFL's subspaces), or nothing."""
     if kind not in SUMMARY_KINDS:
         raise ValueError(f"unknown summary kind {kind!r}; choose {', '.join(SUMMARY_KINDS)}")
     if kind == "none":
         return None
     data = _data(settings, who)
-    if kind == "subspace":
-        p = PACFL_P.of(settings)
-        return class_subspaces(data.x_train, data.y_train, data.num_classes, p).reshape(-1)
+    if kind == "method":
+        own = get_method(settings.method).client_side().summary
+        if own is None:
+            raise ValueError(f"method {settings.method!r} has no summary of its own to send")
+        return np.asarray(own(settings, data), dtype=np.float32).reshape(-1)
     images = data.images
     if kind == "mean":
         return images.reshape(len(images), -1).mean(axis=0).astype(np.float32)
@@ -221,8 +221,26 @@ def choose_candidate(
 def client_rule(settings: RunSettings) -> ClientRule:
     """A fresh instance of the run's method's client rule (its folder's ``client.py``, else
     plain SGD), with the run's settings."""
-    module = get_method(settings.method).client_module()
-    return module.rule(settings) if module is not None else PenaltyRule(sgd_rule)
+    own = get_method(settings.method).client_side().rule
+    return own(settings) if own is not None else PenaltyRule(sgd_rule)
+
+
+def answer_method_query(
+    settings: RunSettings,
+    who: int | ClientData,
+    state: dict[str, np.ndarray],
+    config: Mapping[str, Any],
+) -> np.ndarray:
+    """The run's method's answer to its own side query (its folder's ``client.py``:
+    ``answer``) under the model ``state``: FLUX's descriptor."""
+    own = get_method(settings.method).client_side().answer
+    if own is None:
+        raise ValueError(f"method {settings.method!r} asks no side query of its clients")
+    _limit_threads(settings)
+    data = _data(settings, who)
+    model = _model_for(settings, data.image_shape, data.num_classes)
+    set_state(model, state)
+    return np.asarray(own(settings, data, model, config, device()), dtype=np.float32)
 
 
 def evaluate_client(

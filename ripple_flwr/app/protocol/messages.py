@@ -8,11 +8,13 @@ converts and bounds every field of a reply in one place
 (:mod:`ripple_flwr.app.server.replies.validation`), because nothing a
 client sends is trusted.
 
-- ``query.embed`` (:data:`QUERY`): ``config`` = {``summary``: embedding | mean | subspace |
+- ``query.embed`` (:data:`QUERY`): ``config`` = {``summary``: embedding | mean | method |
   none}, plus the public DP mechanism and, for own-data runs, :data:`RUN_DATA`; reply ``info`` (the
   client's identity and split sizes) and ``summary`` (``phi``).
-- ``query.describe`` (:data:`DESCRIBE`, FLUX): the model and ``config`` = {``labelled``,
-  ``latent-dim``}; reply ``summary`` (``phi``, the descriptor).
+- ``query.method`` (:data:`METHOD_QUERY`): a method's own side query (FLUX's descriptor
+  round): the model and the method's ``config`` (its keys are the method's, read by its
+  folder's ``client.py``: ``answer``); reply ``summary`` (``phi``), which the method's
+  server side checks in one place before use.
 - ``train`` (:data:`TRAIN`): the model (or candidates) and ``config`` = {``lr``,
   ``momentum``, ``local-epochs``, ``batch-size``, what Flower's strategy adds,
   ``server-round``}, optionally ``rule`` = {``returning``}; reply ``arrays`` and ``metrics``
@@ -35,10 +37,10 @@ from ripple_flwr.io.classes import classes_hash
 
 # -- message types ---------------------------------------------------------------------------
 QUERY = f"{MessageType.QUERY}.embed"
-DESCRIBE = f"{MessageType.QUERY}.describe"
+METHOD_QUERY = f"{MessageType.QUERY}.method"
 TRAIN = MessageType.TRAIN
 EVALUATE = MessageType.EVALUATE
-MESSAGE_TYPES = (QUERY, DESCRIBE, TRAIN, EVALUATE)
+MESSAGE_TYPES = (QUERY, METHOD_QUERY, TRAIN, EVALUATE)
 
 # -- records of a message's content ----------------------------------------------------------
 CONFIG = "config"
@@ -63,8 +65,6 @@ LOCAL_EPOCHS = "local-epochs"
 BATCH_SIZE = "batch-size"
 RETURNING = "returning"
 SUMMARY_KIND = "summary"
-LABELLED = "labelled"
-LATENT_DIM = "latent-dim"
 NUM_EXAMPLES = "num-examples"
 NUM_TEST_EXAMPLES = "num-test-examples"
 NUM_PARTITIONS = NODE_NUM_PARTITIONS  # a query reply repeats the node's own config
@@ -85,9 +85,10 @@ CLASSES = "classes"
 CLASSES_HASH = "classes-hash"
 IMAGE_SHAPE = "image-shape"
 
-# embedding: Ripple's WST embedding; mean: the mean image (mean unmixing); subspace: PACFL's
-# per-class left singular vectors; none: who the node is, nothing more.
-SUMMARY_KINDS = ("embedding", "mean", "subspace", "none")
+# embedding: Ripple's WST embedding; mean: the mean image (mean unmixing); method: the run's
+# method's own summary (its folder's client.py: summary, e.g. PACFL's per-class subspaces);
+# none: who the node is, nothing more.
+SUMMARY_KINDS = ("embedding", "mean", "method", "none")
 NAME_LIMIT = 64  # characters of a node's name (the results file's label for it)
 
 
@@ -151,16 +152,15 @@ def decode_run_data(record: Mapping[str, Any]) -> tuple[list[str], tuple[int, in
     return [str(c) for c in record[CLASSES]], shape  # type: ignore[return-value]
 
 
-# -- query.describe --------------------------------------------------------------------------
-def describe_config(labelled: bool, latent_dim: int) -> ConfigRecord:
-    """FLUX's descriptor request: whether labels may be read, and how many latent features."""
-    return ConfigRecord({LABELLED: labelled, LATENT_DIM: latent_dim})
+# -- query.method ----------------------------------------------------------------------------
+def method_query_config(values: Mapping[str, bool | int | float | str]) -> ConfigRecord:
+    """A method's side query: its own keys and scalar values, opaque to the app."""
+    return ConfigRecord(dict(values))
 
 
-def decode_describe(content: RecordDict) -> tuple[bool, int]:
-    """``(labelled, latent_dim)`` of a descriptor request."""
-    config = config_of(content, DESCRIBE)
-    return required(config, LABELLED, bool, DESCRIBE), required(config, LATENT_DIM, int, DESCRIBE)
+def decode_method_query(content: RecordDict) -> dict[str, Any]:
+    """A method's side query's config as a plain dict (the method's client side reads it)."""
+    return dict(config_of(content, METHOD_QUERY))
 
 
 # -- train -----------------------------------------------------------------------------------
@@ -327,8 +327,8 @@ class QueryReply:
 
 
 @dataclass(frozen=True)
-class DescribeReply:
-    """FLUX's descriptor reply: ``phi`` under the received model."""
+class MethodQueryReply:
+    """The answer to a method's side query: ``phi`` (FLUX: its descriptor)."""
 
     phi: np.ndarray
 

@@ -23,15 +23,16 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from ripple_flwr.aggregation.descriptors import Layout
-from ripple_flwr.app.protocol.messages import DESCRIBE, describe_config
+from ripple_flwr.app.protocol.messages import METHOD_QUERY, method_query_config
 from ripple_flwr.app.server.replies.fields import REPLY_ERRORS, as_number
 from ripple_flwr.app.server.roster.query import validate_summary
 from ripple_flwr.app.server.rounds.grid import send_and_receive
+from ripple_flwr.methods.flux.spec import LABELLED, LATENT_DIM
 from ripple_flwr.runs.results import message_nbytes
 
 log = logging.getLogger("flwr.ripple")
 
-DESCRIBE_TYPE = DESCRIBE  # FLUX's descriptor round (ripple_flwr.app.protocol)
+DESCRIBE_TYPE = METHOD_QUERY  # FLUX's descriptor round: the app's generic side query
 MAX_ACTIVATION = 1e6  # a largest latent activation beyond this is no honest model's
 ROUNDING = 1e-3  # relative slack of the bounds for float32 statistics
 
@@ -92,7 +93,7 @@ def descriptor_round(
 ) -> DescriptorRound:
     """Send ``model`` to every node of ``node_ids``; their checked statistics by position."""
     t0 = time.perf_counter()
-    config = describe_config(layout.labelled, layout.k)
+    config = method_query_config({LABELLED: layout.labelled, LATENT_DIM: layout.k})
     messages = [
         Message(
             RecordDict({"arrays": model, "config": config}),

@@ -45,6 +45,11 @@ FLUX_EPS_SCALING = Option(
     high=1e6,
 )
 
+# The keys of FLUX's side query (query.method): whether the client may read its labels, and
+# how many latent features its descriptor keeps. Written by its server, read by client.py.
+LABELLED = "labelled"
+LATENT_DIM = "latent-dim"
+
 FLUX_LATENT_DIM = Option(
     "flux-latent-dim",
     int,

@@ -83,7 +83,8 @@ class PACFLMethod(ClusterModels):
         self.d = int(np.prod(image_shape))
         self.p = PACFL_P.of(settings)
         # What each client sends in the one-shot query round (the engine's roster asks it).
-        self.query_summary = ("subspace", subspace_size(num_classes, self.p, self.d))
+        # Its own summary (client.py: summary), asked for in the one-shot round.
+        self.query_summary = ("method", subspace_size(num_classes, self.p, self.d))
         self.subspaces = np.zeros((0, self.query_summary[1]), dtype=np.float32)  # by row
         self.proximity = np.zeros((0, 0))  # A between the training clients, degrees
         self.new_record: dict[str, Any] = {}
