@@ -234,6 +234,9 @@ def check_counts(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             p.error(f"--{flag.replace('_', '-')} {value}: must be a whole number >= 1")
     if getattr(args, "new_clients", 1) < 1:
         p.error(f"--new-clients {args.new_clients}: table2 needs at least 1 new client")
+    target = getattr(args, "target", 0.8)
+    if not 0 < target <= 1:
+        p.error(f"--target {target:g}: an accuracy as a fraction in (0, 1] (0.8 = 80%)")
     # Checked here even when no chosen row reads it (each run leaves it out then).
     problem = checkpoint_problem(args.checkpoint) if getattr(args, "checkpoint", "") else None
     if problem:

@@ -335,3 +335,65 @@ def test_onboarding_names_the_shape_it_takes_not_a_generic_one():
     with pytest.raises(ValueError) as err:
         Onboarder.check_images(me, np.zeros((3, 14, 14), np.float32))
     assert "(N, 28, 28)" in str(err.value) and "(N, H, W)" not in str(err.value)
+
+
+# -- a second probe of every entry point -----------------------------------------------------
+def test_two_grid_points_with_one_results_name_are_refused(tmp_path, capsys):
+    argv = ["--grid", "lr=0.5,0.5000001", *sets(TINY), "--set", "method=fedavg"]
+    with pytest.raises(SystemExit) as stop:
+        sweep.main([*argv, "--out", str(tmp_path)], train=FakeTrainer())
+    assert stop.value.code == 2
+    assert "same results file name" in capsys.readouterr().err
+
+
+def test_a_table_target_outside_a_fraction_and_a_plot_it_cannot_write_are_refused(tmp_path, capsys):
+    from paper import tables
+
+    base = ["table1", "--methods", "fedavg", "--out", str(tmp_path), "--reuse-only"]
+    for extra, needle in (
+        (["--target", "80"], "--target 80"),
+        (["--plot", str(tmp_path / "x.txt")], "--plot"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            tables.main([*base, *extra])
+        assert stop.value.code == 2
+        assert needle in capsys.readouterr().err
+
+
+def test_an_output_folder_that_takes_no_file_is_refused_before_any_work():
+    from ripple_flwr.io.paths import OutputPathError, check_output_path
+
+    proc = Path("/proc/self")  # exists on Linux; root passes os.access there
+    if not proc.is_dir():
+        pytest.skip("no /proc on this system")
+    with pytest.raises(OutputPathError, match="not writable"):
+        check_output_path(proc / "new-folder", "--out", folder=True)
+
+
+def test_ripple_config_check_judges_the_paths_the_server_confines(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("RIPPLE_OUTPUT_DIR", str(tmp_path))
+    assert config_cli.main(["check", 'results-path="/etc/x.json"']) == 2
+    assert "outside the server's output folder" in capsys.readouterr().err
+    assert config_cli.main(["check", f'results-path="{tmp_path / "ok.json"}"']) == 0
+
+
+def test_a_running_status_whose_server_is_gone_exits_as_failed(tmp_path, capsys):
+    import socket
+
+    status = tmp_path / "r.status"
+    dead = {"status": "running", "pid": 2**22 + 12345, "host": socket.gethostname()}
+    status.write_text(json.dumps(dead))
+    assert status_cli.main([str(status)]) == status_cli.EXIT_FAILED
+    assert "is gone" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("cfg", "key"),
+    [
+        ({"min-cluster-size": 5}, "min-cluster-size"),
+        ({"embedding-dp-delta": 1e-3}, "embedding-dp-delta"),
+    ],
+)
+def test_a_key_read_only_under_another_setting_is_refused(cfg, key):
+    with pytest.raises(ConfigError, match=f"{key}.*read only with"):
+        parse_run_config(cfg)

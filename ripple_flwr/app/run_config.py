@@ -82,6 +82,11 @@ def unread_keys(settings: RunSettings) -> dict[str, str]:
             unread[opt.key] = _readers(lambda s, k=opt.key: k in {o.key for o in s.options})
     if not spec.needs_router:
         unread.update({k: _readers(lambda s: s.needs_router) for k in ROUTER_KEYS})
+    if settings.embedding.refine != "hdb":
+        unread["min-cluster-size"] = "read only with refine='hdb' (Ripple-HDB)"
+    if not settings.embedding.embedding_dp_epsilon:
+        for key in ("embedding-dp-delta", "embedding-dp-clip"):
+            unread[key] = "read only with embedding-dp-epsilon > 0"
     if spec.unread is not None:
         unread.update(spec.unread(settings))
     return {

@@ -7,7 +7,10 @@ with only Flower's ``[code: 15] Invalid run configuration`` (the key is in the l
 SuperLink's log). This command parses the same string with Flower's own parser and checks
 it with the app's rules: an unknown key gets a "did you mean", a key the method does not
 read is named, a value out of range says the range. Exit status 0 when the run config
-passes (one line saying what it runs), 2 with one line naming the problem.
+passes (one line saying what it runs), 2 with one line naming the problem. Paths
+(``results-path``, ``checkpoint``, ``resume``, ``tracker-dir``) are judged against this
+machine's output folder (``$RIPPLE_OUTPUT_DIR``, else ``./outputs``), as the server judges
+them against its own.
 """
 
 from __future__ import annotations
@@ -49,6 +52,15 @@ def check_run_config(text: str) -> str:
             'quotes: method="fedavg")'
         ) from err
     settings = parse_run_config(cfg)
+    # The paths the ServerApp confines to its output folder, judged on this machine as the
+    # server would judge them on its own (results-path, checkpoint, resume, tracker-dir).
+    from ripple_flwr.runs.outputs import confined_checkpoint, confined_results_path, resume_source
+    from ripple_flwr.runs.tracking import tracker_folder
+
+    results = confined_results_path(settings)
+    confined_checkpoint(settings)
+    resume_source(settings, results)
+    tracker_folder(settings)
     set_keys = ", ".join(f"{k}={v!r}" for k, v in cfg.items()) or "every key at its default"
     return f"ok: method={settings.method!r}; {set_keys}"
 

@@ -41,7 +41,10 @@ class StatusNotFound(LookupError):  # noqa: N818 - read as "ripple-status: <mess
 
 
 def exit_code(status: Mapping[str, Any]) -> int:
-    """0 for ``completed``, 1 for ``failed``, 3 for ``running`` or anything else."""
+    """0 for ``completed``, 1 for ``failed`` (or ``running`` whose server process on this
+    host is gone: it will never finish), 3 for ``running`` or anything else."""
+    if status.get("status") == "running" and _process_gone(status):
+        return EXIT_FAILED
     return EXIT_CODES.get(str(status.get("status")), EXIT_RUNNING_OR_UNKNOWN)
 
 

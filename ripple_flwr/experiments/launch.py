@@ -93,12 +93,16 @@ def add_execution_flags(p: argparse.ArgumentParser) -> None:
 
 # The output flags of the table, map and sweep commands: (flag, a folder?).
 OUTPUT_FLAGS = (("out", True), ("keep", True), ("md", False), ("json", False), ("plot", False))
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
 
 
 def check_outputs(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
     """Every output flag given is writable, before any work; else one line naming it."""
     from ripple_flwr.io.paths import OutputPathError, check_output_path
 
+    plot = getattr(args, "plot", None)
+    if plot and Path(plot).suffix.lower() not in PLOT_SUFFIXES:
+        p.error(f"--plot {plot}: a figure is written as {', '.join(PLOT_SUFFIXES)}")
     for name, folder in OUTPUT_FLAGS:
         value = getattr(args, name, None)
         if value:

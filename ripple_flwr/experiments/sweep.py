@@ -122,7 +122,15 @@ def plan(args: argparse.Namespace, out: Path) -> list[tuple[Point, int, dict[str
 
     fixed = dict(args.set)
     runs = []
+    named: dict[str, Point] = {}
     for point in grid_points(args.grid_values) or [{}]:
+        other = named.setdefault(point_name(point), point)
+        if other != point:  # one results file for two runs: one would be lost, one mislabelled
+            raise Refused(
+                f"--grid points {other} and {point} get the same results file name "
+                f"{point_name(point)!r} (values that differ beyond 6 digits, or only in "
+                "characters a file name drops); give values that differ in their name"
+            )
         for seed in args.seeds:
             name = f"{point_name(point)}-seed{seed}.json"
             try:

@@ -8,6 +8,7 @@ and the path, not with a ``NotADirectoryError`` traceback after the work.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 __all__ = ["OutputPathError", "check_output_path"]
@@ -15,6 +16,16 @@ __all__ = ["OutputPathError", "check_output_path"]
 
 class OutputPathError(ValueError):
     """An output path that cannot be written; the message names the option and the path."""
+
+
+def _takes_a_file(folder: Path) -> bool:
+    """Whether a file can be made in ``folder`` (root passes ``os.access`` even on /proc):
+    an unnamed temporary file, gone when closed."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
 
 
 def check_output_path(path: str | Path, option: str, *, folder: bool = False) -> Path:
@@ -41,7 +52,7 @@ def check_output_path(path: str | Path, option: str, *, folder: bool = False) ->
     start = p if folder else p.parent
     for parent in (start, *start.parents):
         if parent.is_dir():
-            if not os.access(parent, os.W_OK | os.X_OK):
+            if not os.access(parent, os.W_OK | os.X_OK) or not _takes_a_file(parent):
                 raise OutputPathError(
                     f"{option}: cannot write to {p} ({parent} is not writable); choose a "
                     "folder you can write to"
