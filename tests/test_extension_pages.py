@@ -43,7 +43,7 @@ def test_adding_a_method_shows_the_repository_code_and_runs(scratch_registries, 
 
     import ripple_flwr.methods
 
-    spec, server, run, toy = python_blocks("adding-a-method.md")
+    spec, server, run, toy, _ = python_blocks("adding-a-method.md")
     folder = ROOT / "ripple_flwr/methods/fedavgm"
     assert spec == (folder / "spec.py").read_text(), "the page's spec.py is not the file"
     assert server == (folder / "server.py").read_text(), "the page's server.py is not the file"
@@ -59,6 +59,29 @@ def test_adding_a_method_shows_the_repository_code_and_runs(scratch_registries, 
         assert "ripple_flwr.methods.toyprox.server" in sys.modules
     finally:
         for name in [m for m in sys.modules if m.startswith("ripple_flwr.methods.toyprox")]:
+            del sys.modules[name]
+
+
+def test_a_method_with_its_own_client_summary_is_one_folder_and_runs(
+    scratch_registries, monkeypatch
+):
+    """The page's toylabels: files in one new folder only; its clients compute its summary
+    (client.py), its server places them from it, and it runs 2 rounds."""
+    import sys
+
+    import ripple_flwr.methods
+
+    toy_summary = python_blocks("adding-a-method.md")[4]
+    monkeypatch.setattr(ripple_flwr.methods, "__path__", list(ripple_flwr.methods.__path__))
+    try:
+        exec(compile(toy_summary, "adding-a-method.md", "exec"), namespace := {})
+        results = namespace["results"]
+        assert results["settings"]["method"] == "toylabels"
+        assert set(results["assignment"]["labels"]) <= {0, 1}
+        spec = methods.get_method("toylabels")
+        assert spec.package == "ripple_flwr.methods.toylabels"
+    finally:
+        for name in [m for m in sys.modules if m.startswith("ripple_flwr.methods.toylabels")]:
             del sys.modules[name]
 
 
