@@ -1,6 +1,6 @@
 """Faults with real processes, measured: the fault cases' times to recover and resume's cost.
 
-1. Runs ``tests/test_faults_real.py`` (a loopback SuperLink and two SuperNodes, broken
+1. Runs ``tests/processes/test_faults_real.py`` (a loopback SuperLink and two SuperNodes, broken
    four ways) and reads back each case's outcome and time to recover.
 2. On a fresh deployment of the same kind, runs one tiny fedavg run of ``--rounds`` rounds
    with ``checkpoint-every = 0`` and one with ``checkpoint-every = 1`` (each ``--repeats``
@@ -52,7 +52,7 @@ def fault_cases(tmp: Path) -> tuple[list[dict], float, int]:
             sys.executable,
             "-m",
             "pytest",
-            "tests/test_faults_real.py",
+            "tests/processes/test_faults_real.py",
             "-n",
             "0",
             "-s",

@@ -23,7 +23,7 @@ step() {  # name, command...: time it, keep its output, never stop the script
 }
 step one_client python3 benchmarks/one_client.py --device cuda
 # kymatio.torch itself does not import with scipy 1.18 (sph_harm is gone): skip the reference tests.
-step tests_embedding python3 -m pytest -q -p no:cacheprovider tests/test_embedding.py -k "not kymatio"
+step tests_embedding python3 -m pytest -q -p no:cacheprovider tests/router/test_embedding.py -k "not kymatio"
 step embedding python3 benchmarks/embedding.py --device cuda --parity --bank-clients 20000
 step pretrain /usr/bin/time -v python3 pretrain_vae.py --dataset mnist-5k --device cuda \
     --output /tmp/gpu/gmm.pt --cache-dir /tmp/gpu/cache --no-progress

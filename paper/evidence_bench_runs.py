@@ -206,8 +206,8 @@ def long_runs() -> str:
             f"{dp['seconds']:.0f} s | {at('embedding_dp.json')} |",
             "",
             "The other long runs (`benchmarks/accuracy.py` at 300 rounds, Flower's one-model "
-            "strategies, Table 2, DP in a run, `tests/test_deployment_tls.py`, "
-            "`tests/test_ray_cluster.py`) kept no wall time in `docs/results/`, so their "
+            "strategies, Table 2, DP in a run, `tests/processes/test_deployment_tls.py`, "
+            "`tests/processes/test_ray_cluster.py`) kept no wall time in `docs/results/`, so their "
             "times are not quoted.",
         ]
     )

@@ -9,7 +9,7 @@ The pages keep their prose; only what stands between ``<!-- NAME:begin -->`` and
 every results table and number of ``PAGES`` from the committed ``docs/results/``: the
 ``paper.evidence_*`` modules). One registry, ``SOURCES``: each source declares its
 ``BLOCKS`` (page -> block name -> generator).
-``tests/test_reference.py`` fails when a committed page differs from what this writes.
+``tests/experiments/test_reference.py`` fails when a committed page differs from what this writes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """ripple-flwr: Ripple (zero-shot clustered federated learning by the Wavelet Scattering
 Transform) and its baselines on Flower.
 
-The package is layered; imports point down only (``tests/test_layers.py`` enforces it):
+The package is layered; imports point down only (``tests/experiments/test_layers.py`` enforces it):
 
 - :mod:`.settings`, :mod:`.io`: run settings (parsing, types, ranges) and self-checking files;
 - :mod:`.wst`, :mod:`.router`, :mod:`.aggregation`, :mod:`.privacy`: the mathematics;

@@ -160,7 +160,7 @@ def inner_dirichlet_rows(
     unfilled partitions to an array for every one of its draws and sums every
     partition's remaining room to test for the end: quadratic in the clients
     (125 s for 10,000 clients of 6 rows here); this keeps both as counters
-    (``tests/test_partition.py`` compares the two).
+    (``tests/data/test_partition.py`` compares the two).
     """
     rng = np.random.default_rng(seed=seed)
     num_classes = int(targets.max()) + 1 if len(targets) else 0

@@ -5,7 +5,7 @@ the wheel does not hold (it reads and writes the checkout's ``docs/``). These tw
 points look for ``paper/`` in the current directory or one above it, put that directory on
 ``sys.path``
 and run ``paper.tables`` / ``paper.hmap``; elsewhere they say so in one line and exit 2.
-The package never imports ``paper`` itself (``tests/test_layers.py``): only this lookup,
+The package never imports ``paper`` itself (``tests/experiments/test_layers.py``): only this lookup,
 by name, at run time.
 """
 

@@ -17,7 +17,7 @@ and output order, rearranged so that the work is a handful of large calls:
   it is one matrix product with a precomputed (M_r N_r, h w) operator
   straight from the spatial map: no FFT of the second-order maps at all.
 
-The output matches kymatio's to float32 rounding (``tests/test_embedding.py``
+The output matches kymatio's to float32 rounding (``tests/router/test_embedding.py``
 checks it against ``kymatio.torch.Scattering2D``).
 """
 
@@ -58,7 +58,7 @@ def _filter_periodise(u_hat: torch.Tensor, filt: torch.Tensor, k: int, out: torc
     frequencies) one batched product over output frequencies, with every
     image's maps as columns, does it in one call. Each image's coefficients
     are computed by the same operations whatever B is, so they do not depend
-    on the batch (``tests/test_embedding.py`` checks the bits).
+    on the batch (``tests/router/test_embedding.py`` checks the bits).
     """
     b, x, m, n = u_hat.shape
     mk, nk = m // k, n // k

@@ -5,5 +5,5 @@ training and evaluation (:mod:`.work`), candidate choice (:mod:`.candidates`), F
 descriptor (:mod:`.describe`) and what the node keeps between messages
 (:mod:`.node_state`, :mod:`.node_release`). It talks to the server only through
 :mod:`ripple_flwr.app.protocol` and never imports :mod:`ripple_flwr.app.server` or a
-strategy (``tests/test_layers.py``).
+strategy (``tests/experiments/test_layers.py``).
 """

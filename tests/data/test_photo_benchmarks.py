@@ -23,7 +23,7 @@ from ripple_flwr.app.server.run import run_server
 from ripple_flwr.settings import ConfigError
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 P_64 = 3 * 217 * 8 * 8
 RESNET18 = "resnet18-f37072fd.pth"
 
@@ -145,7 +145,7 @@ def test_tables_script_runs_the_photo_sets(dataset, photo_root, torch_home, tmp_
         "--seeds",
         "42",  # one seed: the paper's three would triple the test for nothing it checks
         "--jobs",
-        "1",  # one run: serially, no Ray to start (tests/test_sweep.py covers Ray tasks)
+        "1",  # one run: serially, no Ray to start (tests/experiments/test_sweep.py covers Ray tasks)
         "--eval-every",
         "1",
         "--clients-per-round",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "ripple_flwr"
+PACKAGE = Path(__file__).resolve().parents[2] / "ripple_flwr"
 
 # What each layer may import of the package (besides itself). Read it bottom-up.
 BELOW_RUNS = {"settings", "io", "data", "wst", "router", "aggregation", "privacy", "training"}

@@ -49,7 +49,7 @@ pytestmark = [
     ),
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # A private test range, set only inside the namespaces this test creates.
 LINK_ADDR, NODES_ADDR, PREFIX = "10.200.0.1", "10.200.0.2", 24
 LINK_PORT = 39200  # fresh namespaces: every port is free

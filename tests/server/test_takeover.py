@@ -1,6 +1,6 @@
 """A restarted SuperNode (a new node id, the same partition) takes over its partition once the
 old node failed a round; while the holder answers, a second claimant is refused as before.
-(The same with real processes: tests/test_faults_real.py, case (a).)"""
+(The same with real processes: tests/processes/test_faults_real.py, case (a).)"""
 
 from __future__ import annotations
 

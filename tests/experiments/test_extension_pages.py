@@ -13,7 +13,7 @@ from ripple_flwr.app.server.replies import defences
 from ripple_flwr.data import registry as datasets
 from ripple_flwr.methods import registry as methods
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
 
 

@@ -11,7 +11,7 @@ from ripple_flwr.methods.registry import all_options
 from ripple_flwr.router.pretrain import pretrain_settings_for
 from ripple_flwr.settings import ConfigError, RunSettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_pyproject_defaults_match_dataclass():

@@ -55,7 +55,7 @@ def evaluate(msg, context):
 
 
 def test_a_supernode_sending_huge_weights_is_dropped_and_the_run_completes(tmp_path, ray_tmp):
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     app = tmp_path / "app"
     shutil.copytree(
         root,

@@ -1,6 +1,6 @@
 """ripple-sweep and the executor: the grid, bad input, failures, Ctrl-C, and the same numbers
 whether a run goes serially in this process or as a Ray task (a local Ray here; a two-node
-cluster in tests/test_ray_cluster.py)."""
+cluster in tests/processes/test_ray_cluster.py)."""
 
 from __future__ import annotations
 
