@@ -145,7 +145,7 @@ def test_tables_script_runs_the_photo_sets(dataset, photo_root, torch_home, tmp_
         "--seeds",
         "42",  # one seed: the paper's three would triple the test for nothing it checks
         "--jobs",
-        "1",  # one run: serially, no Ray to start (tests/experiments/test_sweep.py covers Ray tasks)
+        "1",  # one run: serially, no Ray (tests/experiments/test_sweep.py covers Ray tasks)
         "--eval-every",
         "1",
         "--clients-per-round",
