@@ -8,8 +8,12 @@
   its mean, and the Student-t 95% interval of that mean (n - 1 degrees of
   freedom; ``t = 4.30`` at n = 3, ``2.78`` at n = 5).
 - :func:`verdict` says "leads" only when that interval excludes 0, "trails"
-  when it excludes 0 on the other side, and "no clear winner" otherwise
-  (including n < 2, where there is no interval).
+  when it excludes 0 on the other side, and "no clear winner" otherwise. Fewer than
+  :data:`MIN_SEEDS` shared seeds give no verdict ("too few seeds"); differences equal at
+  every seed (sd = 0) are an "exact tie" (all 0) or an "exact gap", never "leads": a
+  t interval of width 0 says nothing about what other seeds would give.
+- Seeds on only one side are never dropped without a word: :func:`paired` lists them
+  (``unpaired``) and :func:`fmt_paired` prints them.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import numpy as np
 
 __all__ = [
     "CHANCE_P",
+    "MIN_SEEDS",
     "PAIRED",
     "SPREAD",
     "above_chance",
@@ -40,6 +45,9 @@ PAIRED = (
     "paired per-seed difference, mean ± the half-width of its Student-t 95% interval "
     "(n - 1 degrees of freedom); 'leads' only when that interval excludes 0"
 )
+
+
+MIN_SEEDS = 3  # fewer shared seeds than this: no verdict
 
 
 def _number(v: Any) -> float | None:
@@ -88,21 +96,40 @@ def paired(a: Mapping[Any, float | None], b: Mapping[Any, float | None]) -> dict
     diff = {s: a[s] - b[s] for s in a if a[s] is not None and b.get(s) is not None}
     out = seed_stats(diff)
     n = out["n"]
-    half = None if n < 2 else t_critical(n - 1) * out["sigma"] / math.sqrt(n)
+    exact = n >= 2 and out["sigma"] <= 1e-12 * max(1.0, abs(out["mean"]))
+    half = None if n < 2 or exact else t_critical(n - 1) * out["sigma"] / math.sqrt(n)
     mean = out["mean"]
+    with_value = {s for s, v in a.items() if v is not None} | {
+        s for s, v in b.items() if v is not None
+    }
     out.update(
         half=half,
         low=None if half is None else mean - half,
         high=None if half is None else mean + half,
         wins=sum(1 for d in diff.values() if d > 0),
+        exact=exact,
+        # Seeds with a number on one side only: left out of the difference, and said so.
+        unpaired=sorted(with_value - set(diff), key=_seed_order),
     )
     out["verdict"] = verdict(out)
     return out
 
 
+def _seed_order(seed: str) -> tuple:
+    return (0, int(seed)) if seed.lstrip("-").isdigit() else (1, seed)
+
+
 def verdict(p: Mapping[str, Any] | None) -> str:
-    """ "leads" / "trails" when the t interval excludes 0, else "no clear winner"."""
-    if not p or p.get("half") is None or p.get("mean") is None:
+    """ "leads" / "trails" when the t interval excludes 0, else "no clear winner"; "too few
+    seeds" below :data:`MIN_SEEDS` shared seeds; "exact tie" / "exact gap" when the
+    difference is the same at every seed."""
+    if not p or p.get("mean") is None:
+        return "no clear winner"
+    if p.get("n", 0) < MIN_SEEDS:
+        return "too few seeds"
+    if p.get("exact"):
+        return "exact tie" if p["mean"] == 0 else "exact gap"
+    if p.get("half") is None:
         return "no clear winner"
     if p["low"] > 0:
         return "leads"
@@ -118,7 +145,12 @@ def fmt_paired(p: Mapping[str, Any] | None, scale: float = 100.0, spec: str = "+
     text = format(p["mean"] * scale, spec)
     if p.get("half") is not None:
         text += f" ± {abs(p['half']) * scale:.1f}"
-    return f"{text} ({p['wins']}/{p['n']})"
+    elif p.get("exact"):
+        text += " at every seed"
+    text = f"{text} ({p['wins']}/{p['n']})"
+    if p.get("unpaired"):
+        text += f" [seeds on one side only: {', '.join(map(str, p['unpaired']))}]"
+    return text
 
 
 CHANCE_P = 0.01  # a clustering is "above chance" at a seed when its permutation p < this

@@ -75,7 +75,7 @@ def test_the_margin_is_the_best_ripple_variant_minus_the_best_other_paired_per_s
     assert m["verdict"] == "leads" and m["wins"] == 3
     rows["local"]["final_accuracy"] = stat({42: 0.90, 7: 0.80, 123: 0.86})  # noisy: no winner
     assert hmap.margin(rows, "final_accuracy")["verdict"] == "no clear winner"
-    rows["local"]["final_accuracy"] = stat({42: 0.95, 7: 0.96, 123: 0.97})
+    rows["local"]["final_accuracy"] = stat({42: 0.95, 7: 0.97, 123: 0.96})
     assert hmap.margin(rows, "final_accuracy")["verdict"] == "trails"
 
 
