@@ -281,3 +281,22 @@ def test_settings_import_nothing_heavy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_servers_folders_import_each_other_without_a_cycle():
+    """By owner means one direction: no two of the server's folders import each other, even
+    through a third (a cycle of folders is a tangle a newcomer cannot read in order)."""
+    import graphlib
+
+    def folder(module: str) -> str:
+        path = MODULES[module]
+        return str(path.parent.relative_to(PACKAGE.parent))
+
+    server = [m for m in MODULES if m.startswith(SERVER + ".")]
+    deps: dict[str, set[str]] = {}
+    for m in server:
+        mine = folder(m)
+        deps.setdefault(mine, set()).update(
+            folder(t) for t in GRAPH[m] if t.startswith(SERVER + ".") and folder(t) != mine
+        )
+    graphlib.TopologicalSorter(deps).prepare()  # raises CycleError naming the folders

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from flwr.app import Message
@@ -25,11 +25,13 @@ from ripple_flwr.app.server.replies.defences import (
 )
 from ripple_flwr.app.server.replies.validation import Accepted, Reference
 from ripple_flwr.app.server.replies.validator import ReplyValidator
-from ripple_flwr.app.server.roster.admission import ClientRoster
-from ripple_flwr.app.server.roster.query import QueryResult
 from ripple_flwr.app.server.rounds.accounting import Dropped
+from ripple_flwr.methods.api import QueryResult
 from ripple_flwr.runs.results import message_nbytes
 from ripple_flwr.settings import RunSettings
+
+if TYPE_CHECKING:  # the roster is the engine's; replies only read who each row is
+    from ripple_flwr.app.server.roster.admission import ClientRoster
 
 log = logging.getLogger("flwr.ripple")
 

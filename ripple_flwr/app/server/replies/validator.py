@@ -22,8 +22,8 @@ from ripple_flwr.app.server.replies.validation import (
     Reference,
     check_train_replies,
 )
-from ripple_flwr.app.server.roster.query import QueryResult
 from ripple_flwr.app.server.rounds.accounting import Dropped
+from ripple_flwr.methods.api import QueryResult
 
 log = logging.getLogger("flwr.ripple")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ripple_flwr.app.server.roster.query import QueryResult
+from ripple_flwr.methods.api import QueryResult
 from ripple_flwr.settings import ConfigError
 
 
