@@ -109,3 +109,38 @@ def test_an_unknown_optimiser_is_refused_in_one_line():
     text = str(err.value)
     assert "cluster-optimizer" in text and "fedyogi" in text and "\n" not in text
     assert parse_run_config({}).option("cluster-optimizer") == "none"  # the paper's rule
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_every_cluster_equals_its_own_flower_object_through_rounds_without_updates(name):
+    """Vectorised over K = 3 clusters, each steps as its own Flower object would, also after
+    a round in which it got no update (its moments wait), and from a state Flower's
+    objects saved (an older checkpoint)."""
+    settings = parse_run_config(applied({**CFG, "cluster-optimizer": name}, CFG)[0])
+    grid = OneNode()
+    rng = np.random.default_rng(3)
+    start = [model(rng) for _ in range(3)]
+    flower_class, fields = OPTIMIZERS[name]
+    kwargs = {**flower_kwargs(settings), **optimizer_kwargs(name, settings)}
+    refs = [flower_class(**kwargs) for _ in range(3)]
+    ref_models = [dict(m) for m in start]
+    ours = ClusterOptimizer(name, 3, settings)
+    stacked = {k: np.stack([m[k] for m in start]) for k in start[0]}
+    masses = ([2.0, 0.0, 1.0], [0.0, 3.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [2.0, 0.0, 2.0])
+    for rnd, mass in enumerate(masses, start=1):
+        target = {k: (v + rng.normal(scale=0.05, size=v.shape)).astype(np.float32)
+                  for k, v in stacked.items()}  # fmt: skip
+        if rnd == 3:  # from here on, a fresh optimiser continues from Flower's saved objects
+            ours = ClusterOptimizer(name, 3, settings)
+            ours.restore([{f: getattr(r, f) for f in fields} for r in refs])
+        new = ours.step(rnd, stacked, target, np.array(mass))
+        for c, ref in enumerate(refs):
+            if mass[c] > 0:
+                list(ref.configure_train(rnd, state_to_record(ref_models[c]), ConfigRecord(), grid))
+                arrays, _ = ref.aggregate_train(rnd, [reply({k: target[k][c] for k in target})])
+                ref_models[c] = {
+                    k: v.astype(np.float32) for k, v in record_to_state(arrays).items()
+                }
+            for k in stacked:
+                np.testing.assert_allclose(new[k][c], ref_models[c][k], rtol=1e-6, atol=1e-6)
+        stacked = new
