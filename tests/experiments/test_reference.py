@@ -185,16 +185,15 @@ def test_the_300_round_check_flags_a_margin_whose_sign_changes():
     rerun = ["ripple-strat", "fedyogi"]
     v = _cell_verdict(rerun, at100, at300, ["42", "7"])
     train, zs = v["final_accuracy"], v["zero_shot_accuracy"]
-    assert train["text"] == (
-        "+2.0 ± 0.0 (t 95%, 2/2 seeds ahead) vs FedYogi: leads / "
-        "-2.0 ± 0.0 (t 95%, 0/2 seeds ahead) vs FedYogi: trails"
-    )
+    # Two seeds with the same gap at both: no interval and no verdict (issue 62's rule; it
+    # used to read "+2.0 ± 0.0 ... leads").
+    assert train["text"] == "+2.0 vs FedYogi: too few seeds / -2.0 vs FedYogi: too few seeds"
     assert train["kept"] is False and zs["kept"] is False
     assert train["left"] == ("local", 31.0) and zs["left"] is None  # the method not rerun
     one_seed = _cell_verdict(rerun, at100, at300, ["42"])
     assert (
         one_seed["final_accuracy"]["text"]
-        == "+2.0 vs FedYogi: no clear winner / -2.0 vs FedYogi: no clear winner"
+        == "+2.0 vs FedYogi: too few seeds / -2.0 vs FedYogi: too few seeds"
     )
     same = _cell_verdict(rerun, at100, {**at300, "fedyogi": row((0.7, 0.7), 0.9)}, ["42", "7"])
     assert same["final_accuracy"]["kept"] is True

@@ -31,7 +31,6 @@ def test_scaffold_client_state_survives_fresh_clientapp_processes(tmp_path, ray_
     run_config = (
         'method="scaffold" num-partitions=2 partition-size=60 aux-size=300 '
         "num-components=4 clients-per-round=2 num-server-rounds=3 eval-every=3 batch-size=16 "
-        "pretrain-bank-size=200 pretrain-steps=60 pretrain-client-size=40 "
         f'results-path="{results}" cache-dir="{cache}" node-wait-timeout=60.0 '
         "round-timeout=120.0"
     )
