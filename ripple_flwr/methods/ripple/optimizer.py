@@ -175,13 +175,20 @@ class ClusterOptimizer:
         pseudo = now - agg
         if self.momentum > 0.0:
             mv = self._moment(self.m, key, now)
-            fresh = ~self.started[idx]
-            old = mv[idx]
-            old = np.where(
-                fresh.reshape(-1, *([1] * (now.ndim - 1))), pseudo, self.momentum * old + pseudo
-            )
-            mv[idx] = old
-            pseudo = old
+            if len(idx) == self.k and self.started.all():  # the usual round: in place
+                mv *= self.momentum
+                mv += pseudo
+                pseudo = mv
+            else:  # a cluster's first step takes the pseudo-gradient itself (Flower's rule)
+                fresh = ~self.started[idx]
+                old = mv[idx]
+                old = np.where(
+                    fresh.reshape(-1, *([1] * (now.ndim - 1))),
+                    pseudo,
+                    self.momentum * old + pseudo,
+                )
+                mv[idx] = old
+                pseudo = old
         return now - self.lr * pseudo
 
     # -- checkpoint ---------------------------------------------------------------------------
