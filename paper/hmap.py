@@ -366,6 +366,11 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     check_outputs(args, p)
     if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
         p.error(f"--seeds {' '.join(map(str, args.seeds))}: distinct seeds >= 0, each a federation")
+    for flag in ("methods", "cells"):
+        given = getattr(args, flag, None) or []
+        twice = sorted({v for v in given if given.count(v) > 1})
+        if twice:
+            p.error(f"--{flag} names {', '.join(twice)} twice")
     for flag in ("rounds", "eval_every"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be >= 1")

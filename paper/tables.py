@@ -207,6 +207,9 @@ def parse(argv: list[str] | None, p: argparse.ArgumentParser | None = None) -> a
         args.num_components = k
     apply_preset(args)
     known = TABLE1 if args.table == "table1" else TABLE2
+    twice = sorted({m for m in args.methods or [] if args.methods.count(m) > 1})
+    if twice:
+        p.error(f"--methods names {', '.join(twice)} twice")
     for name in args.methods or []:
         if name not in known:
             p.error(f"{args.table} has no method {name!r}; choose from {', '.join(known)}")

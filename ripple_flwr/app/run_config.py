@@ -154,6 +154,14 @@ def check_run(settings: RunSettings, *, method_rules: bool = True) -> None:
     new_size = data.new_partition_size or data.partition_size
     needed = data.aux_size + data.num_partitions * data.partition_size + data.new_clients * new_size
     spec_of_data = dataset_spec(data.base_dataset)
+    derived = data.dataset.strip().lower() != data.base_dataset
+    if data.label_kind != "class" and not derived and spec_of_data is not None:
+        if spec_of_data.domains is False:
+            raise ConfigError(
+                f"label-kind={data.label_kind!r} follows the images' domains, and "
+                f"{data.base_dataset} has none: use label-kind='class', or the wrapped "
+                f"'rotated-{data.base_dataset}' / 'permuted-{data.base_dataset}'"
+            )
     known = spec_of_data.images if spec_of_data is not None else 0
     if known and needed > known:
         new = f"new-clients={data.new_clients} x new-partition-size={new_size}"

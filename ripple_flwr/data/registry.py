@@ -52,6 +52,10 @@ class DatasetSpec:
     images : int
         How many images it has, when a run config must be checked against it before
         loading (0: not checked).
+    domains : bool or None
+        Whether its images carry a domain label (``label-kind = "domain"`` or ``"joint"``
+        needs one): ``False`` is refused before loading, ``None`` (unknown) is found at
+        loading. Its ``rotated-`` and ``permuted-`` wrappers always have domains.
     """
 
     name: str
@@ -61,6 +65,7 @@ class DatasetSpec:
     natural_split: bool = False
     embed_size: int = 0
     images: int = 0
+    domains: bool | None = None
 
     def check(self) -> None:
         """Refuse an incomplete entry, naming what is wrong."""
@@ -116,15 +121,19 @@ def _torchvision(name: str) -> Callable[[str | None], ImageDataset]:
 
 _TORCHVISION_SHAPES = {"mnist": (1, 28, 28), "cifar10": (3, 32, 32), "cifar100": (3, 32, 32)}
 for _spec in (
-    DatasetSpec("mnist-5k", _mnist_5k, (1, 28, 28), images=5000),
-    DatasetSpec("fashion-mnist", load_fashion_mnist, (1, 28, 28)),
-    *(DatasetSpec(n, _torchvision(n), _TORCHVISION_SHAPES[n]) for n in TORCHVISION_DATASETS),
+    DatasetSpec("mnist-5k", _mnist_5k, (1, 28, 28), images=5000, domains=False),
+    DatasetSpec("fashion-mnist", load_fashion_mnist, (1, 28, 28), domains=False),
+    *(
+        DatasetSpec(n, _torchvision(n), _TORCHVISION_SHAPES[n], domains=False)
+        for n in TORCHVISION_DATASETS
+    ),
     DatasetSpec(
         "office-home",
         load_office_home,
         (3, OFFICE_HOME_SIZE, OFFICE_HOME_SIZE),
         resizable=True,
         embed_size=64,  # the paper embeds both photo sets at 64 x 64
+        domains=True,  # its four visual domains
     ),
     DatasetSpec(
         "gldv2-23k",

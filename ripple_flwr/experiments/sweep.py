@@ -70,6 +70,10 @@ def parse_grid(words: list[str]) -> dict[str, list[Any]]:
             raise ValueError(f"--grid wants KEY=V1,V2,... words, got {word!r}")
         if key in grid:
             raise ValueError(f"--grid names {key!r} twice")
+        values = raw.split(",")
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:
+            raise ValueError(f"--grid {key}={raw} names {', '.join(twice)} twice")
         if key in FLAG_KEYS:
             fix = FLAG_KEYS[key].format(values=" ".join(raw.split(",")))
             raise ValueError(f"--grid {key}=... is refused: {fix}")

@@ -18,6 +18,10 @@ class OutputPathError(ValueError):
     """An output path that cannot be written; the message names the option and the path."""
 
 
+# The kind of file an option writes, for the example of its refusal.
+_EXAMPLE_SUFFIX = {"--md": ".md", "--json": ".json", "--plot": ".png", "--report": ".json"}
+
+
 def _takes_a_file(folder: Path) -> bool:
     """Whether a file can be made in ``folder`` (root passes ``os.access`` even on /proc):
     an unnamed temporary file, gone when closed."""
@@ -44,7 +48,8 @@ def check_output_path(path: str | Path, option: str, *, folder: bool = False) ->
     """
     p = Path(path).expanduser()
     if p.is_dir() and not folder:
-        raise OutputPathError(f"{option} {p} is a folder; name a file (e.g. {p / 'out.pt'})")
+        example = p / ("out" + _EXAMPLE_SUFFIX.get(option, ".pt"))
+        raise OutputPathError(f"{option} {p} is a folder; name a file (e.g. {example})")
     if p.exists() and not p.is_dir() and folder:
         raise OutputPathError(
             f"{option} {p} is a file; name a folder (or a path that does not exist)"

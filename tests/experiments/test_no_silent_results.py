@@ -397,3 +397,37 @@ def test_a_running_status_whose_server_is_gone_exits_as_failed(tmp_path, capsys)
 def test_a_key_read_only_under_another_setting_is_refused(cfg, key):
     with pytest.raises(ConfigError, match=f"{key}.*read only with"):
         parse_run_config(cfg)
+
+
+def test_a_grid_value_given_twice_and_a_markdown_folder_are_refused_with_the_right_example(
+    tmp_path,
+):
+    from ripple_flwr.io.paths import OutputPathError, check_output_path
+
+    with pytest.raises(ValueError, match="names fedavg twice"):
+        sweep.parse_grid(["method=fedavg,ripple,fedavg"])
+    with pytest.raises(OutputPathError, match=r"out\.md"):
+        check_output_path(tmp_path, "--md")
+
+
+@pytest.mark.parametrize(
+    ("command", "argv", "needle"),
+    [
+        ("tables", ["table1", "--methods", "fedavg", "fedavg"], "--methods names fedavg twice"),
+        ("hmap", ["--methods", "fedavg", "fedavg"], "--methods names fedavg twice"),
+    ],
+)
+def test_a_row_named_twice_is_refused_not_silently_merged(command, argv, needle, tmp_path, capsys):
+    import importlib
+
+    module = importlib.import_module(f"paper.{command}")
+    with pytest.raises(SystemExit) as stop:
+        module.main([*argv, "--out", str(tmp_path), "--reuse-only"])
+    assert stop.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_a_domain_label_kind_on_a_dataset_without_domains_is_refused_before_loading():
+    with pytest.raises(ConfigError, match="mnist-5k has none"):
+        parse_run_config({"label-kind": "domain"})
+    parse_run_config({"label-kind": "domain", "dataset": "rotated-mnist-5k"})
+    parse_run_config({"label-kind": "joint", "dataset": "permuted-mnist-5k"})
