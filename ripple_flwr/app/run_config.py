@@ -56,8 +56,9 @@ ROUTER_KEYS = (
 
 
 @lru_cache(maxsize=1)
-def _defaults() -> dict[str, Any]:
-    return RunSettings.from_run_config({}, registry.all_options()).to_dict()
+def _field_defaults() -> dict[str, Any]:
+    """The settings groups' keys at their defaults (the registry's options aside)."""
+    return RunSettings().to_dict()
 
 
 def _readers(ok) -> str:
@@ -74,10 +75,12 @@ def unread_keys(settings: RunSettings) -> dict[str, str]:
     the baselines sample uniformly, so ``sampling = "uniform"`` describes them.)
     """
     spec = registry.get_method(settings.method)
-    values, defaults = settings.to_dict(), _defaults()
+    options = registry.all_options()  # read now: a method registered later has its options
+    values = settings.to_dict()
+    defaults = {**_field_defaults(), **{o.key: o.default for o in options}}
     own = {o.key for o in spec.options}
     unread: dict[str, str] = {}
-    for opt in registry.all_options():
+    for opt in options:
         if opt.key not in own:
             unread[opt.key] = _readers(lambda s, k=opt.key: k in {o.key for o in s.options})
     if not spec.needs_router:

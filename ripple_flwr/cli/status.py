@@ -83,10 +83,21 @@ def find_status(target: str | Path | None = None) -> Path:
         raise StatusNotFound(f"{path} is neither a .status file nor a results .json (nor a folder)")
     candidate = path if path.suffix == SUFFIX else status_path(path)
     if not candidate.is_file():
-        if path.suffix == ".json" and results_status(path) is not None:
-            return path.resolve()  # a finished results file says how its run ended
+        if path.suffix == ".json" and path.is_file():
+            return path.resolve()  # a finished results file says how its run ended (read next)
         raise StatusNotFound(f"{candidate} does not exist (no run wrote a status there)")
     return candidate.resolve()
+
+
+def status_at(path: Path) -> dict[str, Any]:
+    """The status :func:`find_status` found: the ``.status`` file's, or the one a results
+    ``.json`` without its ``.status`` records (:func:`results_status`)."""
+    if path.suffix != ".json":
+        return read_status(path)
+    status = results_status(path)
+    if status is None:
+        raise StatusNotFound(f"{status_path(path)} does not exist (no run wrote a status there)")
+    return status
 
 
 def results_status(path: Path) -> dict[str, Any] | None:
@@ -233,9 +244,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 codes.append(exit_code(status))
             return codes[0]
         path = find_status(args.path)
-        status = results_status(path) if path.suffix == ".json" else read_status(path)
-        if status is None:  # pragma: no cover - find_status returned it as one
-            raise StatusNotFound(f"{path} is not a results file")
+        status = status_at(path)
     except StatusNotFound as err:
         print(f"ripple-status: {err}", file=sys.stderr)
         return EXIT_NOT_FOUND

@@ -28,7 +28,6 @@ from typing import Any
 
 from ripple_flwr.experiments.compose import (
     PlanError,
-    applied,
     compose,
     defined_by,
     merge_defined,
@@ -144,8 +143,8 @@ def plan(args: argparse.Namespace, out: Path) -> list[tuple[Point, int, dict[str
                     defined_by({"results-path": str(out / name)}, "the flag --out"),
                 )
                 # A grid key a point's method does not read is left out of that point (the
-                # title says so), as --set keys are by compose.
-                cfg = applied(compose(defined, fixed), point)[0]
+                # title says so), as --set keys are.
+                cfg = compose(defined, fixed, shared=point)
             except PlanError as err:
                 raise Refused(str(err)) from None
             try:

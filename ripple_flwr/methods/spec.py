@@ -3,7 +3,8 @@
 Flower-free and light: a client reads it to parse its run config. A method is one folder,
 ``ripple_flwr/methods/<name>/``: ``spec.py`` (its entries and options, light), ``server.py``
 (``METHOD``, the class that runs it, and optionally ``build(spec, inputs)``) and, where its
-clients train by their own rule, ``client.py`` (``rule(settings) -> ClientRule``). The
+clients do more than plain SGD, ``client.py`` (:data:`CLIENT_HOOKS`: its training rule,
+its own one-shot summary, its answer to its own side query). The
 registry finds the folders (:func:`ripple_flwr.methods.registry.discover`); the server side
 is imported only when the server builds the method, the client side only in the client.
 """
@@ -11,6 +12,7 @@ is imported only when the server builds the method, the client side only in the 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import importlib.util
 from collections.abc import Callable
@@ -229,42 +231,14 @@ class MethodSpec:
             return build(self, inputs)
         return self.method_class(inputs.settings, inputs.initial_state)
 
-    def client_module(self) -> ModuleType | None:
-        """The folder's ``client.py`` (its clients' side), or None: plain SGD, nothing else."""
-        if not self.package or importlib.util.find_spec(f"{self.package}.client") is None:
-            return None
-        return importlib.import_module(f"{self.package}.client")
-
     def client_side(self) -> ClientSide:
-        """What the method's clients do beyond plain SGD (its folder's ``client.py``).
+        """What the method's clients do beyond plain SGD (its folder's ``client.py``), read
+        once per process (clients ask on every message).
 
         A module that defines none of :data:`CLIENT_HOOKS`, or a public function whose name
         is near one but none (``summery``), is refused: the client would never call it.
         """
-        module = self.client_module()
-        if module is None:
-            return ClientSide()
-        own = {
-            name
-            for name, value in vars(module).items()
-            if not name.startswith("_")
-            and callable(value)
-            and getattr(value, "__module__", None) == module.__name__
-        }
-        for name in sorted(own - set(CLIENT_HOOKS)):
-            near = difflib.get_close_matches(name, CLIENT_HOOKS, n=1, cutoff=0.8)
-            if near:
-                raise ValueError(
-                    f"method {self.name!r}: {module.__name__}.{name} is no client hook (did "
-                    f"you mean {near[0]}?); the client would never call it"
-                )
-        hooks = {name: vars(module)[name] for name in CLIENT_HOOKS if name in own}
-        if not hooks:
-            raise ValueError(
-                f"method {self.name!r}: {module.__name__} defines none of "
-                f"{', '.join(CLIENT_HOOKS)} (docs/adding-a-method.md)"
-            )
-        return ClientSide(**hooks)
+        return _client_side(self.name, self.package)
 
     @property
     def client_rule(self) -> str:
@@ -300,3 +274,32 @@ class MethodSpec:
             raise ValueError(
                 f"method {self.name!r} sweeps K but holds models={self.models!r}, not clusters"
             )
+
+
+@functools.cache
+def _client_side(name: str, package: str) -> ClientSide:
+    """:meth:`MethodSpec.client_side` of the method ``name`` in the folder ``package``."""
+    if not package or importlib.util.find_spec(f"{package}.client") is None:
+        return ClientSide()
+    module = importlib.import_module(f"{package}.client")
+    own = {
+        key
+        for key, value in vars(module).items()
+        if not key.startswith("_")
+        and callable(value)
+        and getattr(value, "__module__", None) == module.__name__
+    }
+    for key in sorted(own - set(CLIENT_HOOKS)):
+        near = difflib.get_close_matches(key, CLIENT_HOOKS, n=1, cutoff=0.8)
+        if near:
+            raise ValueError(
+                f"method {name!r}: {module.__name__}.{key} is no client hook (did you mean "
+                f"{near[0]}?); the client would never call it"
+            )
+    hooks = {key: vars(module)[key] for key in CLIENT_HOOKS if key in own}
+    if not hooks:
+        raise ValueError(
+            f"method {name!r}: {module.__name__} defines none of {', '.join(CLIENT_HOOKS)} "
+            "(docs/adding-a-method.md)"
+        )
+    return ClientSide(**hooks)

@@ -109,8 +109,9 @@ class ClusterOptimizer:
         for k in keys:
             now = np.asarray(stacked[k]) if every else np.asarray(stacked[k])[idx]
             agg = np.asarray(target[k]) if every else np.asarray(target[k])[idx]
-            new = self._fedavgm(k, now, agg, idx) if self.name == "fedavgm" else None
-            if new is None and self.name != "fedavgm":
+            if self.name == "fedavgm":
+                new = self._fedavgm(k, now, agg, idx)
+            else:
                 new = self._fedopt(server_round, k, now, agg, idx, every)
             if every:
                 out[k] = np.asarray(new, dtype=out[k].dtype)
