@@ -14,6 +14,11 @@ it routes them uniformly, w = 1/K: a warning with its reason goes to stderr
 and the JSON line carries "fallback": {"reason": ...}. With --strict that is
 an error instead (one line, exit status 2, no model written).
 
+A class-conditional run (class-conditional = true) also reads the client's labels
+(--labels, or the key 'labels' of an .npz) to place it among the concepts it found; a
+client without labels is placed by its images alone (concept weights 1/G): the same
+warning and fallback, and --strict refuses it.
+
 example:
     python onboard.py outputs/ripple-ripple-seed0.run.pt --images client.npy \\
         --out client.model.pt --json client.onboard.json
@@ -52,6 +57,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "a Hugging Face save_to_disk folder): converted to the run's channels and size",
     )
     p.add_argument(
+        "--labels",
+        default=None,
+        help="the client's labels, one integer per image (.npy), for a class-conditional run "
+        "(default: the key 'labels' of an --images .npz, else none)",
+    )
+    p.add_argument(
         "--out",
         default=None,
         help="where to write the personalised model (default: <images stem>.model.pt "
@@ -66,6 +77,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "the images and would route them uniformly (w = 1/K); without it: a warning",
     )
     return p.parse_args(argv)
+
+
+def load_labels(labels: str | None, images_path: Path) -> np.ndarray | None:
+    """The client's labels: ``--labels`` (.npy), else an --images .npz's ``labels``, else None."""
+    if labels is None:
+        if images_path.suffix.lower() != ".npz" or not images_path.is_file():
+            return None
+        with np.load(images_path, allow_pickle=False) as f:
+            return f["labels"] if "labels" in f.files else None
+    path = Path(labels).expanduser()
+    if not path.is_file() or path.suffix.lower() != ".npy":
+        raise ValueError(f"--labels {path} must be an existing .npy file of integer labels")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise ValueError(f"--labels {path} is not a numpy array file ({err})") from None
 
 
 def load_images(path: Path, image_shape: tuple[int, ...] | None = None) -> np.ndarray:
@@ -171,14 +198,16 @@ def main(argv: list[str] | None = None) -> int:
         check_exports(Path(args.run).expanduser())  # a method that saves none: say so
         onboarder = Onboarder.from_path(args.run, device=args.device)
         images = load_images(images_path, tuple(onboarder.run.image_shape))
+        labels = load_labels(args.labels, images_path)
         t0 = time.perf_counter()
-        result = onboarder.onboard(images)
+        result = onboarder.onboard(images, labels)
         ms = (time.perf_counter() - t0) * 1000.0
         if result.fallback is not None and args.strict:
             raise ValueError(
-                f"the router does not recognise the images {images_path}: {result.fallback} "
-                "(w = 1/K); check they are like the run's training data (same dataset, "
-                "background and scaling), or drop --strict to accept the uniform mix"
+                f"the router cannot place the images {images_path}: {result.fallback}; check "
+                "they are like the run's training data (same dataset, background and "
+                "scaling) and give their labels to a class-conditional run, or drop --strict "
+                "to accept the fallback"
             )
         written = save_model(out, result, onboarder.run)
         report = {
@@ -194,9 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         if result.fallback is not None:
             report["fallback"] = {"reason": result.fallback}
             print(
-                f"warning: the router does not recognise the images {images_path}: "
-                f"{result.fallback}, so w = 1/K and top_component means nothing; check they "
-                "are like the run's training data (--strict makes this an error)",
+                f"warning: the router cannot place the images {images_path}: "
+                f"{result.fallback}; check they are like the run's training data "
+                "(--strict makes this an error)",
                 file=sys.stderr,
             )
         line = json.dumps(report)

@@ -36,6 +36,8 @@ class ImageDataset:
     test_domains: np.ndarray | None = field(default=None, repr=False)
     groups: np.ndarray | None = field(default=None, repr=False)
     class_names: tuple[str, ...] = ()
+    # The domain label is a concept (what the labels mean: permuted-<name>), not a look.
+    domains_are_concepts: bool = False
 
     def __post_init__(self) -> None:
         if self.images.ndim != 4:

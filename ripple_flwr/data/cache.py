@@ -113,6 +113,11 @@ def _save(path: Path, fed: Federation, dataset: ImageDataset) -> None:
             test_sizes=np.array([len(t) for t in fed.test_indices], dtype=np.int64),
             mixtures=fed.mixtures,
             num_train=np.array(fed.num_train_partitions),
+            **(
+                {}
+                if fed.concepts is None
+                else {"concepts": fed.concepts, "concept_maps": fed.concept_maps}
+            ),
             meta=np.array(
                 json.dumps({"settings": fed.settings, "labels": _labels_digest(dataset)})
             ),
@@ -141,6 +146,8 @@ def _load(path: Path, dataset: ImageDataset) -> Federation | None:
                 mixtures=f["mixtures"],
                 num_train_partitions=int(f["num_train"]),
                 settings=meta["settings"],
+                concepts=f["concepts"] if "concepts" in f.files else None,
+                concept_maps=f["concept_maps"] if "concept_maps" in f.files else None,
             )
     except (OSError, ValueError, KeyError) as err:
         log.warning("ignoring unreadable federation cache %s (%s)", path, err)

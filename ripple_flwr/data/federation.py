@@ -7,7 +7,7 @@ of the cluster labels (:func:`build_federation`), or a dataset's natural groups
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,19 @@ from ripple_flwr.data.partition import (
     train_test_split_indices,
     true_mixtures,
 )
+
+# Concept shift per client, as FedRC's Fashion-MNIST (LINs-lab/FedRC, create_c/make_fmnist_c.py):
+# 60% of clients keep the labels, 20% see y -> C-1-y, 20% y -> (y+1) mod C; one concept each.
+CLIENT_CONCEPTS = ("none", "fedrc")
+FEDRC_SHARES = (0.6, 0.2, 0.2)
+_CONCEPT_KEY = 3  # SeedSequence key of the clients' concept draw
+
+
+def fedrc_maps(num_classes: int) -> np.ndarray:
+    """(3, C): FedRC's concepts, row g maps a class to its label (identity, reversed, shifted)."""
+    c = np.arange(num_classes)
+    return np.stack([c, num_classes - 1 - c, (c + 1) % num_classes])
+
 
 # Offset of the new (held-out) clients' partition seed from the training one.
 NEW_PARTITION_SEED_OFFSET = 1_000_003
@@ -46,6 +59,10 @@ class Federation:
     mixtures: np.ndarray
     num_train_partitions: int
     settings: dict[str, Any]
+    # Concept shift per client (client-concepts): each client's concept, and each concept's
+    # map from class to label; None: every client labels as the dataset does.
+    concepts: np.ndarray | None = None
+    concept_maps: np.ndarray | None = None
 
     @property
     def num_partitions(self) -> int:
@@ -71,6 +88,18 @@ class Federation:
         rows = [self.client_indices(pid) for pid in range(self.num_partitions)]
         return true_mixtures(rows, cluster, count)
 
+    def concept_mixtures(self) -> np.ndarray | None:
+        """Each client's true concept proportions ``(N, G)``, where the federation has concept
+        shift (per client, or a dataset whose domains are concepts); else ``None``. For
+        scoring a concept step only: nothing routes by it."""
+        if self.concepts is not None:
+            return np.eye(len(self.concept_maps))[self.concepts]
+        data = self.dataset
+        if data.domains_are_concepts and data.domains is not None:
+            rows = [self.client_indices(pid) for pid in range(self.num_partitions)]
+            return true_mixtures(rows, np.asarray(data.domains), data.num_domains)
+        return None
+
     def _check_pid(self, pid: int) -> int:
         if not 0 <= pid < self.num_partitions:
             raise IndexError(f"partition id {pid} out of range [0, {self.num_partitions})")
@@ -86,7 +115,11 @@ class Federation:
         pid = self._check_pid(pid)
         train, test = self.train_indices[pid], self.test_indices[pid]
         data, labels = self.dataset, self.dataset.labels
-        return data.rows(train), labels[train], data.rows(test), labels[test]
+        y, yt = labels[train], labels[test]
+        if self.concepts is not None:
+            to = self.concept_maps[self.concepts[pid]]
+            y, yt = to[y].astype(y.dtype), to[yt].astype(yt.dtype)
+        return data.rows(train), y, data.rows(test), yt
 
     def client_images(self, pid: int) -> np.ndarray:
         """Every image of the client (train + test): the input of its embedding Phi."""
@@ -114,6 +147,7 @@ def build_federation(
     alpha_new: float = 1.0,
     size_spread: float = 1.0,
     new_partition_size: int = 0,
+    client_concepts: str = "none",
 ) -> Federation:
     """Split a dataset into D_aux, Dir(alpha) training clients and held-out new clients.
 
@@ -130,7 +164,51 @@ def build_federation(
     A dataset with natural clients (``dataset.groups`` set, e.g. GLDv2's
     photographers) is split along them instead: see :func:`natural_federation`
     (``partition_size``, ``alpha`` and ``alpha_new`` are then ignored).
+
+    ``client_concepts = "fedrc"`` gives every client (training and new alike) one concept,
+    drawn with :data:`FEDRC_SHARES` from a generator of its own: its labels, train and test,
+    are that concept's map of the classes (:func:`fedrc_maps`); D_aux keeps the dataset's.
     """
+    if client_concepts not in CLIENT_CONCEPTS:
+        raise ValueError(
+            f"client-concepts {client_concepts!r} unknown; choose {', '.join(CLIENT_CONCEPTS)}"
+        )
+    if client_concepts != "none" and (dataset.domains_are_concepts or dataset.groups is not None):
+        raise ValueError(
+            f"client-concepts={client_concepts} relabels clients of a plain dataset; "
+            f"{dataset.name!r} already has concepts or natural clients"
+        )
+    fed = _build(
+        dataset,
+        (num_partitions, partition_size, new_partitions, new_partition_size, aux_size),
+        (alpha, alpha_new, test_fraction, size_spread),
+        label_kind,
+        num_components,
+        seed,
+    )
+    if client_concepts == "none":
+        return fed
+    rng = np.random.default_rng(derived_seed(seed, _CONCEPT_KEY))
+    concepts = rng.choice(len(FEDRC_SHARES), size=fed.num_partitions, p=FEDRC_SHARES)
+    return replace(
+        fed,
+        concepts=concepts.astype(np.int64),
+        concept_maps=fedrc_maps(dataset.num_classes),
+        settings={**fed.settings, "client_concepts": client_concepts},
+    )
+
+
+def _build(
+    dataset: ImageDataset,
+    sizes: tuple[int, int, int, int, int],
+    rates: tuple[float, float, float, float],
+    label_kind: str,
+    num_components: int,
+    seed: int,
+) -> Federation:
+    """:func:`build_federation` without concepts per client."""
+    num_partitions, partition_size, new_partitions, new_partition_size, aux_size = sizes
+    alpha, alpha_new, test_fraction, size_spread = rates
     cluster, _ = dataset.cluster_labels(label_kind)  # validates label_kind first
     cluster = np.asarray(cluster, dtype=np.int64)
     natural = dataset.groups is not None

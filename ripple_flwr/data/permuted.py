@@ -61,4 +61,5 @@ def permute_dataset(dataset: ImageDataset) -> ImageDataset:
             None if test_labels is None else test_labels.astype(dataset.test_labels.dtype)
         ),
         test_domains=test_groups,
+        domains_are_concepts=True,
     )

@@ -48,11 +48,15 @@ class Export:
         FLUX's descriptor assignment (centroids, scaler, its model), once it clustered.
     component_map
         Ripple's map from the router's components to the cluster models (HDBSCAN).
+    concepts
+        Class-conditional Ripple's concept templates (``counts``, ``variances``, ``means``)
+        and ``min_label_count``: a newcomer with labels is unmixed on them.
     """
 
     models: dict[str, Any] | None
     descriptor: dict[str, Any] | None = None
     component_map: Any = None
+    concepts: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,11 @@ class ClientDataView(Protocol):
     y_train: np.ndarray  # (n,) int64
     num_classes: int
     image_shape: tuple[int, int, int]
+
+    @property
+    def images(self) -> np.ndarray:
+        """Every image of the node (train + test), the input of a label-free summary."""
+        ...
 
 
 @runtime_checkable

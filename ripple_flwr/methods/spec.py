@@ -75,6 +75,9 @@ class MethodInputs:
     image_shape, num_classes
         The run's images ``(C, H, W)`` and number of classes, for a method whose clients'
         summary is sized by them (PACFL's subspaces).
+    true_concepts
+        The clients' true concept mixtures (benchmarks with concept shift only), for a
+        concept step's ARI; never for routing.
     """
 
     settings: RunSettings
@@ -84,6 +87,7 @@ class MethodInputs:
     fresh_state: Callable[[int], dict[str, np.ndarray]] | None = None
     image_shape: tuple[int, int, int] | None = None
     num_classes: int | None = None
+    true_concepts: np.ndarray | None = None
 
     def initial_states(self, k: int) -> list[dict[str, np.ndarray]]:
         """``k`` initial models: ``initial_state`` and k - 1 distinct seeded ones."""

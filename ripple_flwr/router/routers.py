@@ -32,6 +32,10 @@ class Router(Protocol):
         """``(B, F)`` client summaries -> ``(B, K)`` weights, rows summing to 1."""
         ...
 
+    def route_with_reasons(self, features: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
+        """:meth:`route`, and for each client why it was routed 1/K (``None``: it was not)."""
+        ...
+
 
 def _as_batch(features: np.ndarray, dim: int, what: str) -> np.ndarray:
     x = np.asarray(features, dtype=np.float32)
@@ -169,6 +173,10 @@ class UniformRouter:
     def route(self, features: np.ndarray) -> np.ndarray:
         n = len(np.atleast_2d(features))
         return np.full((n, self.num_components), 1.0 / self.num_components)
+
+    def route_with_reasons(self, features: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
+        w = self.route(features)
+        return w, [None] * len(w)
 
 
 def routing_l1(w: np.ndarray, truth: np.ndarray) -> float:

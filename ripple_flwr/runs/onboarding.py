@@ -21,6 +21,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ripple_flwr.aggregation.concepts import (
+    Concepts,
+    LabelStacks,
+    combine,
+    label_block,
+    read_blocks,
+    unmix,
+)
 from ripple_flwr.aggregation.descriptors import (
     BlockScaler,
     Layout,
@@ -81,6 +89,11 @@ class Onboarder:
         self.router = None
         self.embedder: SpectralEmbedder | None = None
         self._map = run.component_map
+        self.concepts: Concepts | None = None
+        if run.concepts is not None:
+            c = run.concepts
+            t = LabelStacks(*(np.asarray(c[k], dtype=np.float64) for k in LabelStacks.FIELDS))
+            self.concepts = Concepts(t, np.zeros(0, dtype=np.int64), "saved")
         if run.router not in ("none", "descriptor"):
             self._load_router()
         # The skeleton is built once (construction draws from torch's global RNG,
@@ -133,7 +146,7 @@ class Onboarder:
         # A checkpoint that predates content hashes is still pinned by the file hash above.
         ckpt = load_checkpoint(path, expected=expected, allow_unverified=bool(run.router_sha256))
         self.router = ckpt.router(run.router, device=self.device)
-        k = run.num_components
+        k = run.num_components // run.num_concepts
         if self.router.num_components != k:
             what = "component map length" if self._map is not None else "number of models M"
             raise ValueError(
@@ -221,6 +234,45 @@ class Onboarder:
         assert self.embedder is not None
         return self.embedder.embed(x).astype(np.float32)
 
+    def label_summary(self, images: np.ndarray, labels: np.ndarray | None) -> np.ndarray | None:
+        """A class-conditional run's per-label block of labelled images (``None``: no labels,
+        or the run is not class-conditional)."""
+        if self.concepts is None or labels is None:
+            return None
+        x = self.check_images(images)
+        y = np.asarray(labels)
+        if y.ndim != 1 or len(y) != len(x) or not np.issubdtype(y.dtype, np.integer):
+            raise ValueError(
+                f"labels must be one integer per image ({len(x)}), got {y.dtype} {y.shape}"
+            )
+        if len(y) and not 0 <= y.min() <= y.max() < self.run.num_classes:
+            raise ValueError(f"labels must lie in [0, {self.run.num_classes}) (the run's classes)")
+        count = int(np.ravel(self.run.concepts["min_label_count"])[0])
+        return label_block(x, y, self.run.num_classes, count)
+
+    def concept_weights(self, blocks: list[np.ndarray | None]) -> tuple[np.ndarray, list]:
+        """(B, G) concept weights of these per-label blocks; a client without one (no labels)
+        or whose block is unusable gets 1/G, and its reason."""
+        g = self.run.num_concepts
+        w = np.full((len(blocks), g), 1.0 / g)
+        reasons: list[str | None] = [None] * len(blocks)
+        rows = [i for i, b in enumerate(blocks) if b is not None]
+        for i in set(range(len(blocks))) - set(rows):
+            reasons[i] = (
+                "no labels: this class-conditional run cannot tell the client's concept, so it "
+                "is placed by its label-free summary alone (concept weights 1/G)"
+            )
+        if rows and self.concepts is not None:
+            c, d = self.run.num_classes, int(np.prod(self.run.image_shape))
+            count = int(np.ravel(self.run.concepts["min_label_count"])[0])
+            stacks, bad = read_blocks(np.stack([blocks[i] for i in rows]), c, d, count)
+            got, why = unmix(stacks, self.concepts)
+            for j, i in enumerate(rows):
+                reason = bad[j] or why[j]
+                w[i] = 1.0 / g if reason else got[j]
+                reasons[i] = None if reason is None else f"{reason}: concept weights 1/G"
+        return w, reasons
+
     # -- server side ------------------------------------------------------------------
     def route(self, summaries: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """``(B, F)`` summaries -> weights ``(B, K)`` and model weights ``(B, M)``.
@@ -231,7 +283,7 @@ class Onboarder:
         return weights, model_weights
 
     def route_with_reasons(
-        self, summaries: np.ndarray | None
+        self, summaries: np.ndarray | None, blocks: list[np.ndarray | None] | None = None
     ) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
         """``(B, F)`` summaries -> weights ``(B, K)``, model weights ``(B, M)`` and, per
         client, why the router routed it uniformly (``None``: it read the summary).
@@ -240,7 +292,9 @@ class Onboarder:
         summaries are ignored (pass None for one client, or any ``(B, ...)``
         array) and every weight is 1. A FLUX run (router ``descriptor``) gives
         each client weight 1 on the model of the centroid nearest its
-        label-free descriptor, as the run assigned its own new clients.
+        label-free descriptor, as the run assigned its own new clients. A class-conditional
+        run multiplies the router's weights by the concept weights of ``blocks`` (one per
+        client, ``None`` where it has no labels: then 1/G, with its reason).
         """
         if self._describer is not None:
             weights, model_weights = self._nearest(summaries)
@@ -261,6 +315,12 @@ class Onboarder:
             else:
                 weights, reasons = both(x)
         weights = np.asarray(weights, dtype=np.float64)
+        if self.concepts is not None:
+            cw, why = self.concept_weights(list(blocks) if blocks is not None else [None] * len(x))
+            weights = combine(cw, weights)
+            reasons = [
+                "; ".join(r for r in (a, b) if r) or None for a, b in zip(reasons, why, strict=True)
+            ]
         if self._map is None:
             return weights, weights.copy(), list(reasons)
         return weights, collapse_weights(weights, self._map, self.run.num_models), list(reasons)
@@ -283,21 +343,30 @@ class Onboarder:
             return {k: np.array(v[c], copy=True) for k, v in self.run.cluster_states.items()}
         return mix_model(model_weights, self.run.cluster_states)
 
-    def onboard(self, images: np.ndarray) -> Onboarding:
-        """One new client, end to end: summary, one router pass, one mix."""
+    def onboard(self, images: np.ndarray, labels: np.ndarray | None = None) -> Onboarding:
+        """One new client, end to end: summary, one router pass, one mix. ``labels`` (one per
+        image) place it among a class-conditional run's concepts."""
         summary = self.summarise(images)
         weights, model_weights, reasons = self.route_with_reasons(
-            None if summary is None else summary[None]
+            None if summary is None else summary[None], [self.label_summary(images, labels)]
         )
         state = self._mix_one(model_weights[0])
         return Onboarding(summary, weights[0], model_weights[0], state, reasons[0])
 
-    def onboard_many(self, clients: Sequence[np.ndarray]) -> list[Onboarding]:
-        """Several clients: a summary each, one batched router pass, one batched mix."""
-        summaries = []
+    def onboard_many(
+        self, clients: Sequence[np.ndarray], labels: Sequence[np.ndarray | None] | None = None
+    ) -> list[Onboarding]:
+        """Several clients: a summary each, one batched router pass, one batched mix.
+        ``labels``: each client's labels (``None`` where it has none), for a class-conditional
+        run."""
+        summaries, blocks = [], []
+        labels = [None] * len(clients) if labels is None else list(labels)
+        if len(labels) != len(clients):
+            raise ValueError(f"{len(labels)} label arrays for {len(clients)} clients")
         for i, images in enumerate(clients):
             try:
                 summaries.append(self.summarise(images))
+                blocks.append(self.label_summary(images, labels[i]))
             except ValueError as err:
                 raise ValueError(f"client {i}: {err}") from err
         if not summaries:
@@ -309,7 +378,7 @@ class Onboarder:
             weights, model_weights, reasons = self.route_with_reasons(np.stack(summaries))
             states = [self._mix_one(w) for w in model_weights]
         else:
-            weights, model_weights, reasons = self.route_with_reasons(np.stack(summaries))
+            weights, model_weights, reasons = self.route_with_reasons(np.stack(summaries), blocks)
             states = unstack(mix_stacked(model_weights, self.run.cluster_states))
         rows = zip(summaries, weights, model_weights, states, reasons, strict=True)
         return [Onboarding(s, w, mw, st, r) for s, w, mw, st, r in rows]

@@ -63,6 +63,8 @@ _RECREATE = (
     "restore the original file, or re-create it by running the federation again (a run "
     "saves <results>.run.pt when it finishes)"
 )
+# What a class-conditional run saves of its concepts (SavedRun.concepts).
+CONCEPT_KEYS = ("counts", "variances", "means", "min_label_count")
 # What save_run writes (and the content hash beside it).
 _KEYS = (
     "format",
@@ -104,6 +106,10 @@ class SavedRun:
     ``descriptor`` (router ``descriptor``, a FLUX run): the model descriptors are
     computed under (``model/<key>``) and the centroids, block scaler, offset and
     bound that assign an unseen client's label-free descriptor to a model.
+    ``concepts`` (class-conditional Ripple): the concept templates ``counts`` (G, C),
+    ``variances`` (G, C), ``means`` (G, C, D) and ``min_label_count``; the K router
+    components are then G x (the router's) and a newcomer's w the product of its concept
+    weights (from its labelled images) and the router's.
     """
 
     cluster_states: dict[str, np.ndarray]
@@ -116,6 +122,7 @@ class SavedRun:
     component_map: np.ndarray | None = None
     settings: dict = field(default_factory=dict)
     descriptor: dict[str, np.ndarray] | None = None
+    concepts: dict[str, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         self.cluster_states = {str(k): np.asarray(v) for k, v in self.cluster_states.items()}
@@ -132,7 +139,14 @@ class SavedRun:
         self.settings = dict(self.settings)
         if self.descriptor is not None:
             self.descriptor = {str(k): np.asarray(v) for k, v in self.descriptor.items()}
+        if self.concepts is not None:
+            self.concepts = {str(k): np.asarray(v) for k, v in self.concepts.items()}
         self.validate()
+
+    @property
+    def num_concepts(self) -> int:
+        """G, the concepts of a class-conditional run (1 otherwise)."""
+        return 1 if self.concepts is None else int(self.concepts["means"].shape[0])
 
     @property
     def num_models(self) -> int:
@@ -190,6 +204,8 @@ class SavedRun:
             raise ValueError("a descriptor goes with router 'descriptor', and only with it")
         if self.router == "descriptor":
             self._validate_descriptor(m)
+        if self.concepts is not None:
+            self._validate_concepts()
         if self.router in ("none", "descriptor"):
             return
         if not self.router_checkpoint:
@@ -204,6 +220,22 @@ class SavedRun:
                     f"component map values must lie in [0, {m}) (M={m} cluster models), "
                     f"got {sorted(set(bad.tolist()))}"
                 )
+
+    def _validate_concepts(self) -> None:
+        c = self.concepts
+        missing = [k for k in CONCEPT_KEYS if k not in c]
+        if missing:
+            raise ValueError(f"the concepts lack {missing[0]!r}")
+        if self.router not in ("gmm-vae", "mean-unmixing"):
+            raise ValueError("concepts go with a routed run (gmm-vae or mean-unmixing)")
+        g, d = c["means"].shape[0], int(np.prod(self.image_shape))
+        want = {"counts": (g, self.num_classes), "variances": (g, self.num_classes)}
+        want["means"] = (g, self.num_classes, d)
+        for key, shape in want.items():
+            if c[key].shape != shape or not np.all(np.isfinite(c[key])):
+                raise ValueError(f"concepts {key!r} must be finite of shape {shape}")
+        if self.num_components % g:
+            raise ValueError(f"{self.num_components} components do not split into {g} concepts")
 
     def _validate_descriptor(self, m: int) -> None:
         d = self.descriptor
@@ -264,11 +296,12 @@ def save_run(path: str | Path, run: SavedRun) -> Path:
         # Plain JSON types only, so weights_only loading accepts every value.
         "settings": json.loads(json.dumps(to_jsonable(run.settings))),
     }
-    if run.descriptor is not None:
-        payload["descriptor"] = {
-            k: torch.from_numpy(np.array(v, order="C", copy=True))
-            for k, v in run.descriptor.items()
-        }
+    for extra in ("descriptor", "concepts"):
+        arrays = getattr(run, extra)
+        if arrays is not None:
+            payload[extra] = {
+                k: torch.from_numpy(np.array(v, order="C", copy=True)) for k, v in arrays.items()
+            }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save(seal(payload), tmp)
@@ -297,7 +330,7 @@ def load_run(path: str | Path, *, allow_unverified: bool = False) -> SavedRun:
             )
         raise ValueError(f"{path} is not a ripple-flwr saved run{hint}; {_HOW_TO_GET_ONE}")
     check = FileCheck(f"saved run {path}", _RECREATE)
-    check.keys(payload, _KEYS, optional=(HASH_KEY, "descriptor"))
+    check.keys(payload, _KEYS, optional=(HASH_KEY, "descriptor", "concepts"))
     version = payload.get("version")
     if version == _UNHASHED_VERSION:
         if not allow_unverified:
@@ -337,9 +370,12 @@ def _checked_fields(payload: dict[str, Any], check: FileCheck) -> dict[str, Any]
         check.tensor(cmap, "component_map")
     for key in ("model", "router", "router_checkpoint", "router_sha256"):
         check.kind(payload[key], str, key)
-    descriptor = payload.get("descriptor")
-    if descriptor is not None:
-        descriptor = {k: v.numpy() for k, v in check.tensors(descriptor, "descriptor").items()}
+    extras = {}
+    for extra in ("descriptor", "concepts"):
+        arrays = payload.get(extra)
+        if arrays is not None:
+            arrays = {k: v.numpy() for k, v in check.tensors(arrays, extra).items()}
+        extras[extra] = arrays
     return {
         "cluster_states": {k: v.numpy() for k, v in states.items()},
         "model": payload["model"],
@@ -350,7 +386,7 @@ def _checked_fields(payload: dict[str, Any], check: FileCheck) -> dict[str, Any]
         "router_sha256": payload["router_sha256"],
         "component_map": None if cmap is None else cmap.numpy(),
         "settings": check.kind(payload["settings"], dict, "settings"),
-        "descriptor": descriptor,
+        **extras,
     }
 
 

@@ -21,6 +21,7 @@ Router = Literal["gmm-vae", "mean-unmixing"]
 LabelKind = Literal["class", "domain", "joint"]
 Refine = Literal["none", "hdb"]
 ClientData = Literal["benchmark", "local"]
+ClientConcepts = Literal["none", "fedrc"]  # data/federation.py: CLIENT_CONCEPTS
 ScoreWeighting = Literal["clients", "examples"]
 Tracker = Literal["none", "mlflow", "tensorboard", "wandb"]
 SAMPLINGS: tuple[str, ...] = get_args(Sampling)
@@ -150,6 +151,11 @@ class DataSettings(_Group):
     data_seed: int = option(
         0, "seed of D_aux, the partitions and the splits", low=0, high=2**32 - 1
     )
+    client_concepts: ClientConcepts = option(
+        "none",
+        "concept shift per client: none, or fedrc (FedRC's Fashion-MNIST: each client, new ones "
+        "too, keeps the labels (60%), or sees y -> C-1-y (20%) or y -> (y+1) mod C (20%))",
+    )
     test_fraction: float = option(
         0.2,
         "share of each client's images held out for its evaluation",
@@ -160,6 +166,14 @@ class DataSettings(_Group):
     )
 
     def _check(self) -> None:
+        if self.client_concepts != "none" and (
+            self.client_data == "local" or self.dataset.startswith(PERMUTED_PREFIX)
+        ):
+            raise ConfigError(
+                f"client-concepts={self.client_concepts} relabels a benchmark's clients; it "
+                "needs client-data=benchmark and a dataset without concepts of its own (not "
+                f"{PERMUTED_PREFIX}*): set client-concepts=none"
+            )
         if self.channels == 2:
             raise ConfigError("channels must be 1 (grey), 3 (RGB) or 0 (the data's own), got 2")
         if self.new_partition_size == 1:

@@ -203,6 +203,8 @@ class RunSettings:
             "test_fraction": float(data.test_fraction),
             "seed": data.data_seed,
         }
+        if data.client_concepts != "none":  # absent when none: earlier caches stay valid
+            kwargs["client_concepts"] = data.client_concepts
         if data.partition_size_spread != 1:  # absent when equal: earlier caches stay valid
             kwargs["size_spread"] = float(data.partition_size_spread)
         if data.new_clients:  # absent when 0, so runs without new clients share a cache

@@ -28,11 +28,22 @@ ALLOWED: dict[str, set[str]] = {
     "router": {"settings", "io", "data", "wst", "training"},
     "runs": BELOW_RUNS,
     # A method is a folder (ripple_flwr/methods/<name>/): the registry, the entries and their
-    # options are light ("methods"); the clients' rule ("method_client") sits on training; the
-    # server side ("method_server") on the app. Nothing but the registry's discovery reaches a
-    # folder's server or client module, and that by convention at run time, not by import.
+    # options are light ("methods"); the clients' side ("method_client": a training rule, a
+    # summary) sits on training and the embedding (wst, router: Ripple's class-conditional
+    # summary leads with the paper's embedding); the server side ("method_server") on the app.
+    # Nothing but the registry's discovery reaches a folder's server or client module, and
+    # that by convention at run time, not by import.
     "methods": {"settings"},
-    "method_client": {"settings", "io", "training", "aggregation", "methods"},
+    "method_client": {
+        "settings",
+        "io",
+        "data",
+        "wst",
+        "router",
+        "training",
+        "aggregation",
+        "methods",
+    },
     "method_server": BELOW_RUNS | {"runs", "app", "methods", "method_client"},
     "app": BELOW_RUNS | {"runs", "methods"},
     "cli": BELOW_RUNS | {"runs", "app", "methods"},

@@ -475,13 +475,13 @@ def test_cli_warns_of_a_fallback_and_strict_refuses_it(world, saved_run, tmp_pat
         assert "outside the router's domain" in reason and "routed uniformly" in reason
         assert report["weights"] == [0.25] * 4
         (warning,) = captured.err.strip().splitlines()
-        assert warning.startswith("warning: the router does not recognise the images")
+        assert warning.startswith("warning: the router cannot place the images")
         assert reason in warning and "--strict" in warning
         out = tmp_path / f"{name}-strict.pt"
         argv = [str(saved_run), "--images", str(npy), "--out", str(out), "--strict"]
         assert onboard.main(argv) == 2
         line = one_line(capsys)
-        assert line.startswith("error: the router does not recognise the images"), line
+        assert line.startswith("error: the router cannot place the images"), line
         assert reason in line and "drop --strict" in line
         assert not out.exists()  # refused: no model written
     good = tmp_path / "good.npy"

@@ -69,6 +69,12 @@ class RunData:
         return None if self.federation is None else self.federation.mixtures
 
     @property
+    def true_concepts(self) -> np.ndarray | None:
+        """Each client's true concept proportions where the benchmark has concept shift (for
+        scoring a concept step; never routed on)."""
+        return None if self.federation is None else self.federation.concept_mixtures()
+
+    @property
     def true_label_mixtures(self) -> np.ndarray | None:
         """Each client's unfolded class (or domain) proportions; benchmark partitions only."""
         return None if self.federation is None else self.federation.label_mixtures()
@@ -115,6 +121,7 @@ class RunData:
             "aux_data": None if self.aux is None else self.aux.name,
             "true_mixtures": self.true_mixtures,
             "true_label_mixtures": self.true_label_mixtures,
+            "true_concepts": self.true_concepts,
         }
 
 

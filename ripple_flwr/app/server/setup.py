@@ -165,6 +165,7 @@ def build_engine(settings: RunSettings, state, data: RunData | Federation, route
         fresh_state=lambda i: initial_state(settings, shape, classes, index=i),
         image_shape=tuple(int(v) for v in shape),
         num_classes=int(classes),
+        true_concepts=data.true_concepts,
     )
     return make_engine(get_method(settings.method), inputs)
 
@@ -201,6 +202,7 @@ def save_for_onboarding(
             "router": settings.embedding.router,
             "router_checkpoint": str(ckpt),  # save_run records its SHA-256
             "component_map": export.component_map,
+            "concepts": export.concepts,
         }
     run = SavedRun(
         cluster_states=models,

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord
 
+from ripple_flwr.aggregation.concepts import combine
 from ripple_flwr.aggregation.hdb import HDBResult, collapse_weights, refine_hdb
 from ripple_flwr.aggregation.mixing import (
     apply_stacked_deltas,
@@ -26,8 +27,13 @@ from ripple_flwr.app.server.replies.validation import Accepted
 from ripple_flwr.app.server.resume.plain import field_values, set_fields
 from ripple_flwr.app.server.roster.query import QueryResult
 from ripple_flwr.methods.api import Export, Method, Onboarding
+from ripple_flwr.methods.ripple.concepts import ConceptStep
 from ripple_flwr.methods.ripple.optimizer import ClusterOptimizer
-from ripple_flwr.methods.ripple.spec import CLUSTER_OPTIMIZER, RIPPLE_STRAT_ORDER
+from ripple_flwr.methods.ripple.spec import (
+    CLASS_CONDITIONAL,
+    CLUSTER_OPTIMIZER,
+    RIPPLE_STRAT_ORDER,
+)
 from ripple_flwr.methods.spec import MethodInputs, MethodSpec
 from ripple_flwr.router.routers import Router
 from ripple_flwr.runs.results import hard_ari, routing_metrics
@@ -69,6 +75,13 @@ class RippleMethod(Method):
         summary is requested in the one-shot round then.
     eps : float (default 1e-8)
         Added to the denominator of eq. 9.
+    image_shape, num_classes : optional
+        The run's images and classes: the layout of the class-conditional summary
+        (``class-conditional = true``; :class:`~ripple_flwr.methods.ripple.concepts.ConceptStep`).
+        The clusters are then the (concept, component) pairs, ``G x K`` of them, and a
+        client's w their product.
+    true_concepts : ndarray (num_partitions, G*), optional
+        The clients' true concept mixtures, for the concept step's ARI only.
     """
 
     state_fields = (
@@ -79,6 +92,8 @@ class RippleMethod(Method):
         "routing",
         "out_of_domain",
         "cluster_steps",
+        "concept_state",
+        "concept_weights",
     )
     run: Any = None  # the engine, set when it takes the method
 
@@ -91,6 +106,9 @@ class RippleMethod(Method):
         truth: np.ndarray | None = None,
         weights: np.ndarray | None = None,
         eps: float = 1e-8,
+        image_shape: tuple[int, int, int] | None = None,
+        num_classes: int | None = None,
+        true_concepts: np.ndarray | None = None,
     ) -> None:
         if router is None and weights is None:
             raise ValueError("RippleMethod needs a router or fixed weights (the oracle)")
@@ -101,7 +119,17 @@ class RippleMethod(Method):
             router.needs if routed else "none",
             router.input_dim if routed else None,
         )
-        self.k = settings.embedding.num_components
+        self.concept: ConceptStep | None = None
+        if routed and CLASS_CONDITIONAL.of(settings):
+            if image_shape is None or num_classes is None or router.input_dim is None:
+                raise ValueError("class-conditional Ripple needs the run's images and classes")
+            self.concept = ConceptStep(settings, router.input_dim, image_shape, num_classes)
+            # Its own summary (client.py: summary): the label-free one, then the label block.
+            self.query_summary = ("method", self.concept.summary_dim)
+        self.true_concepts = None if true_concepts is None else np.asarray(true_concepts, float)
+        self.concept_weights: np.ndarray | None = None  # (rows, G) of the training clients
+        self.new_concept_weights: np.ndarray | None = None
+        self.last_concept_weights: np.ndarray | None = None  # of the last clients routed
         self.router = router
         self.fixed_weights = None if weights is None else np.asarray(weights, dtype=np.float64)
         self.truth = None if truth is None else np.asarray(truth, dtype=np.float64)
@@ -120,6 +148,12 @@ class RippleMethod(Method):
         self.optimizer_seconds = 0.0  # the server time its steps took, for the record
 
     # -- one-shot assignment ------------------------------------------------------------------
+    @property
+    def k(self) -> int:
+        """Components routed over: the router's K, or G x K (concept, component) pairs."""
+        g = 1 if self.concept is None else self.concept.num_concepts
+        return g * self.settings.embedding.num_components
+
     @property
     def num_models(self) -> int:
         """Cluster models trained: K, or K_hat under Ripple-HDB."""
@@ -141,16 +175,50 @@ class RippleMethod(Method):
         return w
 
     def _route_and_flag(self, clients: QueryResult) -> np.ndarray:
-        """The router's w; the clients whose summary it would not read are logged and recorded."""
-        both = getattr(self.router, "route_with_reasons", None)
-        if both is None:  # a router without a domain check (mean unmixing)
-            return np.asarray(self.router.route(clients.features), dtype=np.float64)
-        w, reasons = both(clients.features)  # one domain check, not a second pass
+        """The router's w (times the concept weights, class-conditional); the clients whose
+        summary it would not read are logged and recorded."""
+        features = clients.features
+        if self.concept is not None:
+            features, blocks = self.concept.split(features)
+        w, reasons = self.router.route_with_reasons(features)  # one domain check, one pass
+        w = np.asarray(w, dtype=np.float64)
+        if self.concept is not None:
+            cw, why = self.concept.weights(blocks, clients.num_examples)
+            self.last_concept_weights = cw
+            w = combine(cw, w)
+            reasons = [
+                r
+                if y is None
+                else f"{y}; concept weights 1/G, label-free routing kept"
+                if r is None
+                else f"{r}; {y}"
+                for r, y in zip(reasons, why, strict=True)
+            ]
         for pid, reason in zip(clients.partition_ids, reasons, strict=True):
             if reason is not None:
                 log.warning("partition %d: %s", pid, reason)
                 self.out_of_domain.append({"partition": int(pid), "reason": reason})
-        return np.asarray(w, dtype=np.float64)
+        return w
+
+    def label_free(self, w: np.ndarray) -> np.ndarray:
+        """The router's components' share of (rows, G x K) weights: summed over concepts."""
+        g = 1 if self.concept is None else self.concept.num_concepts
+        return np.asarray(w).reshape(len(w), g, -1).sum(axis=1)
+
+    @property
+    def concept_state(self) -> dict[str, Any]:
+        """What the concept step learnt (``{}`` without ``class-conditional``)."""
+        return {} if self.concept is None else self.concept.state()
+
+    @concept_state.setter
+    def concept_state(self, saved: dict[str, Any]) -> None:
+        if self.concept is None and saved:
+            raise ValueError(
+                "the saved run is class-conditional, this run is not; resume with the saved "
+                "run's class-conditional setting"
+            )
+        if self.concept is not None:
+            self.concept.restore(saved or {})
 
     def model_weights(self, w: np.ndarray) -> np.ndarray:
         """Weights over the trained models: w itself, or collapsed by the HDB map."""
@@ -159,12 +227,24 @@ class RippleMethod(Method):
         return collapse_weights(w, self.component_map, self.num_models)
 
     def setup(self, clients: QueryResult) -> None:
-        """Every w_k in one batched forward pass; under HDB, the meta-clusters from them."""
+        """Every w_k in one batched forward pass; under HDB, the meta-clusters from them.
+
+        Class-conditional: first the concepts from the training clients' blocks, then the
+        G x K cluster models."""
+        if self.concept is not None and self.fixed_weights is None and len(clients):
+            self.concept.fit(self.concept.split(clients.features)[1], clients.num_examples)
+            self.stacked = stack_models(self.initial_state, self.k)
         w = self.route(clients)
         pids = np.asarray(clients.partition_ids, dtype=np.int64)
         self.raw_weights = w
+        if self.concept is not None and len(pids):
+            self.concept_weights = self.last_concept_weights
+            if self.true_concepts is not None:
+                ari, n = hard_ari(self.true_concepts[pids], self.concept_weights.argmax(axis=1))
+                self.concept.record["ari"], self.concept.record["ari_clients"] = ari, n
+                log.info("class-conditional: concept ARI %s over %d hard clients", ari, n)
         if self.truth is not None:
-            self.routing = routing_metrics(w, self.truth[pids])
+            self.routing = routing_metrics(self.label_free(w), self.truth[pids])
             log.info(
                 "routing: mean L1 to pi* %.4f, ARI %s over %d hard clients",
                 self.routing["l1"],
@@ -237,6 +317,8 @@ class RippleMethod(Method):
         w = self.route(new)
         states = unstack(mix_stacked(self.model_weights(w), self.stacked))
         self.new_weights = w
+        if self.concept is not None:
+            self.new_concept_weights = self.last_concept_weights
         return states_to_records(states)
 
     def onboard(self, new: QueryResult) -> Onboarding:
@@ -253,7 +335,16 @@ class RippleMethod(Method):
 
     def export(self) -> Export:
         """The cluster models and the map from router components to them."""
-        return Export(self.saved_models(), component_map=self.component_map)
+        concepts = None
+        if self.concept is not None and self.concept.concepts is not None:
+            t = self.concept.concepts.templates
+            concepts = {
+                "counts": t.counts,
+                "variances": t.variances,
+                "means": t.means,
+                "min_label_count": np.array(self.concept.min_count),
+            }
+        return Export(self.saved_models(), component_map=self.component_map, concepts=concepts)
 
     def reference_models(self) -> list[ArrayRecord]:
         """Each cluster model on its own (the best-by-loss reference)."""
@@ -352,9 +443,14 @@ class RippleMethod(Method):
         if self.new_weights is None:
             return {}
         extras: dict[str, Any] = {"weights": self.new_weights}
+        pids = np.asarray(self.run.new_clients.partition_ids, dtype=np.int64)
         if self.truth is not None:
-            pids = np.asarray(self.run.new_clients.partition_ids, dtype=np.int64)
-            extras["routing"] = routing_metrics(self.new_weights, self.truth[pids])
+            extras["routing"] = routing_metrics(self.label_free(self.new_weights), self.truth[pids])
+        if self.new_concept_weights is not None:
+            extras["concept_weights"] = self.new_concept_weights
+            if self.true_concepts is not None:
+                ari, n = hard_ari(self.true_concepts[pids], self.new_concept_weights.argmax(axis=1))
+                extras["concept_ari"], extras["concept_ari_clients"] = ari, n
         return extras
 
     def run_record(self, rec: dict[str, Any]) -> dict[str, Any]:
@@ -364,6 +460,11 @@ class RippleMethod(Method):
             "source": "oracle (pi*)" if self.fixed_weights is not None else self.router.name,
             "out_of_domain": self.out_of_domain,
         }
+        if self.concept is not None:
+            rec["class_conditional"] = {
+                **self.concept.record,
+                "concept_weights": self.concept_weights,
+            }
         if self.optimizer is not None:
             rec["cluster_optimizer"] = {
                 "name": self.optimizer.name,
@@ -380,7 +481,15 @@ class RippleMethod(Method):
 
 def build_ripple(inp: MethodInputs) -> RippleMethod:
     """Ripple as the registry builds it: routed by the run's router."""
-    return RippleMethod(inp.settings, inp.initial_state, router=inp.router, truth=inp.true_mixtures)
+    return RippleMethod(
+        inp.settings,
+        inp.initial_state,
+        router=inp.router,
+        truth=inp.true_mixtures,
+        image_shape=inp.image_shape,
+        num_classes=inp.num_classes,
+        true_concepts=inp.true_concepts,
+    )
 
 
 def build_oracle(inp: MethodInputs) -> RippleMethod:

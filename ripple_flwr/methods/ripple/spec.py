@@ -30,6 +30,35 @@ CLUSTER_OPTIMIZER = Option(
     "(fedopt-eta, fedopt-beta1/2, fedopt-tau; fedavgm: server-lr, fedavgm-momentum)",
     choices=("none", "fedyogi", "fedadam", "fedavgm"),
 )
+CLASS_CONDITIONAL = Option(
+    "class-conditional",
+    bool,
+    False,
+    "Ripple, beyond the paper: clients also send, for each label with at least "
+    "min-label-count training images, its count, pixel variance and mean image; the server "
+    "finds concepts (labels that mean different things) from them and routes over (concept, "
+    "component) pairs (docs/concept-shift.md). Off: the paper's label-free summary only",
+)
+MIN_LABEL_COUNT = Option(
+    "min-label-count",
+    int,
+    20,
+    "class-conditional: a label's mean is sent only when the client holds at least this many "
+    "training images of it (a mean of few images exposes them)",
+    low=2,
+    high=1_000_000,
+)
+CONCEPTS = Option(
+    "concepts",
+    int,
+    0,
+    "class-conditional: the number of concepts G, or 0 to find it by Ripple-HDB's rule "
+    "(HDBSCAN over the clients' standardized per-label distances, min-cluster-size)",
+    low=0,
+    high=100,
+)
+CONCEPT_OPTIONS = (CLASS_CONDITIONAL, MIN_LABEL_COUNT, CONCEPTS)
+
 # What cluster-optimizer reads besides itself (the same keys as the global rows').
 OPTIMIZER_OPTIONS = (
     CLUSTER_OPTIMIZER,
@@ -51,16 +80,26 @@ OPTIMIZER_READS = {
 
 def unread(settings: RunSettings) -> dict[str, str]:
     """Ripple's own keys it does not read under these settings: ``strat-order`` without the
-    stratified sampler, an optimiser's keys under another ``cluster-optimizer``."""
+    stratified sampler, an optimiser's keys under another ``cluster-optimizer``, the concept
+    keys without ``class-conditional``."""
     out: dict[str, str] = {}
     if settings.training.sampling != "stratified":
         out[RIPPLE_STRAT_ORDER.key] = "read only with sampling='stratified' (Ripple-Strat)"
+    if not CLASS_CONDITIONAL.of(settings):
+        for opt in CONCEPT_OPTIONS[1:]:
+            out[opt.key] = "read only with class-conditional=true"
     chosen = CLUSTER_OPTIMIZER.of(settings)
     for opt in OPTIMIZER_OPTIONS[1:]:
         if opt.key not in OPTIMIZER_READS.get(chosen, ()):
             users = [name for name, keys in OPTIMIZER_READS.items() if opt.key in keys]
             out[opt.key] = f"read only with cluster-optimizer={' or '.join(map(repr, users))}"
     return out
+
+
+def oracle_unread(settings: RunSettings) -> dict[str, str]:
+    """The oracle's: Ripple's, less the concept keys (it routes by pi*, it has none)."""
+    own = {o.key for o in CONCEPT_OPTIONS}
+    return {k: v for k, v in unread(settings).items() if k not in own}
 
 
 SPECS = (
@@ -73,7 +112,7 @@ SPECS = (
         needs_router=True,
         routing_weights=True,
         family="ripple",
-        options=(RIPPLE_STRAT_ORDER, *OPTIMIZER_OPTIONS),
+        options=(RIPPLE_STRAT_ORDER, *OPTIMIZER_OPTIONS, *CONCEPT_OPTIONS),
         unread=unread,
         benchmarks=("table2", "map"),
     ),
@@ -87,7 +126,7 @@ SPECS = (
         needs_truth=True,
         family="ripple",
         options=(RIPPLE_STRAT_ORDER, *OPTIMIZER_OPTIONS),
-        unread=unread,
+        unread=oracle_unread,
         benchmarks=("map",),
     ),
 )
