@@ -48,6 +48,7 @@ from ripple_flwr.runs.statistics import PAIRED, SPREAD, fmt_paired, paired, seed
 
 __all__ = ["CELLS", "ROWS", "main", "map_table"]
 
+ROW_KEYS = "rows"  # a cell's keys for one method's rows only (IFCA at the true K)
 # The kinds and strengths of heterogeneity (the shared protocol is BASE).
 CELLS: dict[str, dict[str, Any]] = {
     "label-skew-0.01": {"alpha": 0.01},
@@ -79,6 +80,14 @@ CELLS: dict[str, dict[str, Any]] = {
         "label-kind": "domain",
         "num-components": 4,
     },
+    # Concept shift per client as FedRC's Fashion-MNIST (LINs-lab/FedRC): Dir(0.5) label skew,
+    # each client (new ones too) one concept: labels kept (60%), y -> C-1-y or y -> y+1 mod C
+    # (20% each). The routers' K follows the classes; IFCA runs at the true K = 3 concepts.
+    "concept-per-client": {
+        "alpha": 0.5,
+        "client-concepts": "fedrc",
+        ROW_KEYS: {"ifca": {"num-components": 3}},
+    },
 }
 BASE = {
     "dataset": "fashion-mnist",
@@ -104,10 +113,11 @@ RIPPLE = (
     "ripple-unif-mu",
     "ripple-strat-yogi",
     "ripple-unif-yogi",
+    "ripple-rec",
 )
 # Rows added after the map over federations first ran (issue 48): each is also compared, paired,
 # with the best of the paper's Ripple variants and the best other row, neither counting itself.
-ADDITIONS = ("pacfl", "fedgwc", "ripple-strat-yogi", "ripple-unif-yogi")
+ADDITIONS = ("pacfl", "fedgwc", "ripple-strat-yogi", "ripple-unif-yogi", "ripple-rec")
 # The paper's Ripple (its averaging rule, router x sampler): the headline margin's Ripple side,
 # so that an option beyond the paper (a server optimiser per cluster) never hides how the
 # paper's method fares; those rows get their own paired margins (``addition_margins``).
@@ -135,6 +145,12 @@ def protocol(args: argparse.Namespace) -> dict[str, Any]:
     return {**BASE, **{k: v for k, v in dict(args.set).items() if k in BASE}}
 
 
+def cell_keys(cell: str, row: str) -> dict[str, Any]:
+    """What a cell sets for one row: its keys, with those it gives the row's method alone."""
+    keys = {k: v for k, v in CELLS[cell].items() if k != ROW_KEYS}
+    return {**keys, **CELLS[cell].get(ROW_KEYS, {}).get(ROWS[row]["method"], {})}
+
+
 def run_config(args: argparse.Namespace, out: Path, cell: str, row: str, seed: int) -> dict:
     """One run of the map: the protocol, the cell's shift, the row's method, the seed.
 
@@ -143,7 +159,7 @@ def run_config(args: argparse.Namespace, out: Path, cell: str, row: str, seed: i
     """
     alpha = CELLS[cell].get("alpha", BASE.get("alpha"))
     defined = {
-        **defined_by(CELLS[cell], f"cell {cell!r} (choose cells with --cells)"),
+        **defined_by(cell_keys(cell, row), f"cell {cell!r} (choose cells with --cells)"),
         **defined_by(ROWS[row], f"row {row!r} (choose rows with --methods)"),
         # New clients drawn as the training ones; Ripple also reports its best cluster model.
         **defined_by(

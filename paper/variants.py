@@ -25,6 +25,23 @@ def _yogi_rows(name: str) -> dict[str, dict]:
     }
 
 
+# The recommended Ripple (issue 62), fixed before the fresh-seed map: mean unmixing (no
+# pre-training, the best router on the development seeds), Ripple-Strat with the rotating
+# order, FedYogi per cluster, and the class-conditional summary (issue 60).
+RECOMMENDED = {
+    "router": "mean-unmixing",
+    "sampling": "stratified",
+    "strat-order": "rotation",
+    "cluster-optimizer": "fedyogi",
+    "class-conditional": True,
+}
+
+
+def _recommended_row(name: str) -> dict[str, dict]:
+    """``<name>-rec``: the recommended configuration (:data:`RECOMMENDED`)."""
+    return {f"{name}-rec": {"method": name, **RECOMMENDED}}
+
+
 def benchmark_variants() -> dict[str, dict]:
     """Every registered method as run-config overrides; Ripple and the oracle per sampler/router."""
     out: dict[str, dict] = {}
@@ -35,6 +52,7 @@ def benchmark_variants() -> dict[str, dict]:
                     key = f"{name}-{SHORT[sampling]}-{router}"
                     out[key] = {"method": name, "sampling": sampling, "router": router}
             out.update(_yogi_rows(name))
+            out.update(_recommended_row(name))
         elif spec.routing_weights:
             for sampling in SAMPLINGS:
                 key = name if sampling == "stratified" else f"{name}-{SHORT[sampling]}"
@@ -78,6 +96,7 @@ def map_rows() -> dict[str, dict]:
                     row if router == "gmm-vae" else {**row, "router": router}
                 )
         out.update(_yogi_rows(name))
+        out.update(_recommended_row(name))
     return out
 
 

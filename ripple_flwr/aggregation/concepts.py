@@ -28,7 +28,8 @@ Nothing here reads a client's or an image's true concept.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -73,11 +74,24 @@ def label_block(
 
 @dataclass
 class LabelStacks:
-    """Clients' checked blocks: ``counts`` (N, C), ``variances`` (N, C), ``means`` (N, C, D)."""
+    """Clients' checked blocks: ``counts`` (N, C), ``variances`` (N, C), ``means`` (N, C, D),
+    and ``noise`` (N, C): the variance of the privacy noise on each mean's pixels (0 without
+    label DP; known to the server from the public mechanism and the counts)."""
 
     counts: np.ndarray
     variances: np.ndarray
     means: np.ndarray
+    noise: np.ndarray = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.noise is None:
+            self.noise = np.zeros_like(np.asarray(self.counts, dtype=np.float64))
+
+    def errors(self) -> np.ndarray:
+        """(N, C): each kept mean's expected squared error per pixel, sampling plus noise."""
+        v = np.maximum(self.variances, MIN_VARIANCE)
+        inv = np.where(self.mask, 1.0 / np.maximum(self.counts, 1.0), 0.0)
+        return (v * inv + self.noise) * self.mask
 
     @property
     def mask(self) -> np.ndarray:
@@ -88,13 +102,9 @@ class LabelStacks:
         return len(self.counts)
 
     def select(self, rows: np.ndarray) -> LabelStacks:
-        return LabelStacks(self.counts[rows], self.variances[rows], self.means[rows])
+        return LabelStacks(*(getattr(self, f)[rows] for f in self.FIELDS))
 
-    @classmethod
-    def concat(cls, parts: list[LabelStacks]) -> LabelStacks:
-        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in cls.FIELDS))
-
-    FIELDS = ("counts", "variances", "means")
+    FIELDS = ("counts", "variances", "means", "noise")
 
 
 def read_blocks(
@@ -104,12 +114,15 @@ def read_blocks(
     min_count: int,
     sizes: np.ndarray | None = None,
     value_range: tuple[float, float] = (0.0, 1.0),
+    noise_sd: NoiseSD | None = None,
 ) -> tuple[LabelStacks, list[str | None]]:
     """Clients' blocks as :class:`LabelStacks`, and why each unusable one is (``None``: usable).
 
     ``sizes`` are the clients' own reported numbers of images (0: not reported); a block
     whose counts add up to more is refused. An unusable block is zeroed, so it takes part
-    in nothing.
+    in nothing. ``noise_sd`` (label DP): counts -> the standard deviations of the noise on
+    each mean's pixels and on each variance; the ranges widen by :data:`NOISE_RANGE` of them
+    and the mean's noise is kept (:attr:`LabelStacks.noise`).
     """
     b = np.asarray(blocks, dtype=np.float64)
     n, c = len(b), int(num_classes)
@@ -118,12 +131,24 @@ def read_blocks(
     stacks = LabelStacks(b[:, :c].copy(), b[:, c : 2 * c].copy(), b[:, 2 * c :].reshape(n, c, d))
     stacks.means = stacks.means.copy()
     reasons: list[str | None] = []
+    mean_sd = var_sd = np.zeros((n, c))
+    if noise_sd is not None:
+        counts = np.where(np.isfinite(stacks.counts), np.maximum(stacks.counts, 0), 0)
+        mean_sd, var_sd = noise_sd(counts)
     for i in range(n):
-        reasons.append(_block_reason(stacks, i, min_count, sizes, value_range))
+        slack = (NOISE_RANGE * mean_sd[i], NOISE_RANGE * var_sd[i])
+        reasons.append(_block_reason(stacks, i, min_count, sizes, value_range, slack))
         if reasons[-1] is not None:
             for f in LabelStacks.FIELDS:
                 getattr(stacks, f)[i] = 0.0
+    stacks.noise = np.where(stacks.mask, mean_sd**2, 0.0)
+    stacks.variances = np.where(stacks.mask, np.maximum(stacks.variances, MIN_VARIANCE), 0.0)
     return stacks, reasons
+
+
+# Label DP: counts (N, C) -> (the noise's sd on each mean's pixels, on each variance), (N, C).
+NoiseSD = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+NOISE_RANGE = 10.0  # a noisy mean or variance may leave its range by this many noise sds
 
 
 def _block_reason(
@@ -132,8 +157,10 @@ def _block_reason(
     min_count: int,
     sizes: np.ndarray | None,
     value_range: tuple[float, float],
+    slack: tuple[np.ndarray, np.ndarray],
 ) -> str | None:
-    """Why one client's block is unusable, or ``None``."""
+    """Why one client's block is unusable, or ``None``. ``slack``: how far each kept label's
+    mean and variance may leave their ranges (label DP's noise)."""
     counts, var, means = stacks.counts[i], stacks.variances[i], stacks.means[i]
     lo, hi = value_range
     what = "class-conditional summary"
@@ -150,10 +177,12 @@ def _block_reason(
         return f"{what} counts {int(counts.sum())} images, the client reported {int(sizes[i])}"
     if not kept.any():
         return f"{what} keeps no label (none has {min_count} images or more)"
-    if means[kept].min() < lo - RANGE_TOL or means[kept].max() > hi + RANGE_TOL:
+    tol = RANGE_TOL + slack[0][kept]
+    if np.any(means[kept].min(axis=1) < lo - tol) or np.any(means[kept].max(axis=1) > hi + tol):
         return f"{what} has a mean outside the images' range [{lo:g}, {hi:g}]"
-    if var.min() < 0 or var.max() > (hi - lo) ** 2 / 4 + RANGE_TOL:
-        return f"{what} has a variance outside [0, {(hi - lo) ** 2 / 4:g}]"
+    top, tol = (hi - lo) ** 2 / 4, RANGE_TOL + slack[1][kept]
+    if np.any(var[kept] < -tol) or np.any(var[kept] > top + tol):
+        return f"{what} has a variance outside [0, {top:g}]"
     return None
 
 
@@ -163,18 +192,18 @@ MIN_VARIANCE = 1e-6
 
 def standardized_distances(stacks: LabelStacks) -> np.ndarray:
     """(N, N) squared distance of two clients' means over the labels both keep, divided by
-    what sampling alone would give (the pooled variance times ``1/n_i + 1/n_j``, per label,
-    summed); about 1 for two clients of one concept, NaN where they share no label."""
+    what sampling (and the privacy noise) alone would give (each mean's ``v / n + noise``,
+    summed over those labels); about 1 for two clients of one concept, NaN where they share
+    no label."""
     mask = stacks.mask.astype(np.float64)
     m = stacks.means
     d = m.shape[2]
     sq = (m**2).sum(axis=2) * mask  # (N, C)
     cross = np.einsum("icd,jcd->ij", m, m)
     num = (sq @ mask.T + mask @ sq.T - 2.0 * cross) / d
-    v = np.maximum(stacks.variances, MIN_VARIANCE) * mask
-    inv = np.where(stacks.mask, 1.0 / np.maximum(stacks.counts, 1.0), 0.0)
-    # sum_y (v_iy + v_jy)/2 * (1/n_iy + 1/n_jy) over the labels both keep
-    den = 0.5 * ((v * inv) @ mask.T + (v @ inv.T) + (inv @ v.T) + mask @ (v * inv).T)
+    # sum over the labels both keep of the two means' expected squared errors per pixel
+    e = stacks.errors()
+    den = e @ mask.T + mask @ e.T
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.maximum(num, 0.0) / den
     out[(mask @ mask.T) == 0] = np.nan
@@ -205,7 +234,8 @@ def templates(stacks: LabelStacks, groups: np.ndarray, g: int) -> LabelStacks:
     safe = np.maximum(weight, 1e-12)
     means = np.einsum("ng,nc,ncd->gcd", onehot, stacks.counts, stacks.means) / safe[..., None]
     var = (onehot.T @ (stacks.counts * stacks.variances)) / safe
-    return LabelStacks(weight, np.where(weight > 0, var, 0.0), means)
+    noise = (onehot.T @ (stacks.counts**2 * stacks.noise)) / safe**2
+    return LabelStacks(weight, np.where(weight > 0, var, 0.0), means, noise)
 
 
 def template_distances(stacks: LabelStacks, t: LabelStacks) -> np.ndarray:
@@ -276,6 +306,61 @@ def merge_alike(stacks: LabelStacks, groups: np.ndarray) -> np.ndarray:
     return _renumber(np.array([root(int(x)) for x in groups]))
 
 
+SETTLE_ROUNDS = 10  # merge-and-split passes at most (each stops when nothing changes)
+
+
+def split_distinct(
+    stacks: LabelStacks,
+    groups: np.ndarray,
+    dist: np.ndarray,
+    min_cluster_size: int,
+    rng: np.random.Generator,
+    restarts: int = 5,
+) -> np.ndarray:
+    """Each group cut in two by masked 2-means where both halves hold ``min_cluster_size``
+    clients or more and their templates differ by more than :data:`MERGE_Z` (two concepts
+    HDBSCAN or k-means had joined)."""
+    out = groups.copy()
+    for g in np.unique(groups):
+        rows = np.flatnonzero(groups == g)
+        if len(rows) < 2 * min_cluster_size:
+            continue
+        sub, best, best_cost = stacks.select(rows), None, np.inf
+        for _ in range(restarts):
+            cand = _kmeans(sub, _seeded_groups(dist[np.ix_(rows, rows)], 2, rng))
+            if cand.max() < 1 or np.bincount(cand).min() < min_cluster_size:
+                continue
+            d = template_distances(sub, templates(sub, cand, 2))
+            own = d[np.arange(len(rows)), cand]
+            cost = float(own[np.isfinite(own)].sum())
+            if cost < best_cost:
+                best, best_cost = cand, cost
+        if best is None:
+            continue
+        z = standardized_distances(templates(sub, best, 2))[0, 1]
+        if z > MERGE_Z:
+            out[rows[best == 1]] = out.max() + 1
+    return _renumber(out)
+
+
+def settle(
+    stacks: LabelStacks,
+    groups: np.ndarray,
+    dist: np.ndarray,
+    min_cluster_size: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Groups alike merged, groups of two concepts split, k-means between, until nothing
+    changes: every pair of final templates differs by more than :data:`MERGE_Z`."""
+    for _ in range(SETTLE_ROUNDS):
+        before = groups
+        groups = _kmeans(stacks, merge_alike(stacks, groups))
+        groups = _kmeans(stacks, split_distinct(stacks, groups, dist, min_cluster_size, rng))
+        if len(np.unique(groups)) == len(np.unique(before)) and np.array_equal(groups, before):
+            break
+    return _kmeans(stacks, merge_alike(stacks, groups))
+
+
 @dataclass
 class Concepts:
     """What the server keeps of the concept step: templates and how they were found."""
@@ -315,8 +400,7 @@ def find_concepts(
     found: int | None = None
     if g is None:
         groups, found = _hdbscan_groups(dist, min_cluster_size)
-        groups = merge_alike(part, _kmeans(part, groups))
-        groups = _kmeans(part, groups)
+        groups = settle(part, _kmeans(part, groups), dist, min_cluster_size, rng)
         rule = "hdbscan"
     else:
         g = max(1, min(int(g), n))

@@ -40,6 +40,7 @@ from ripple_flwr.aggregation.descriptors import (
 from ripple_flwr.aggregation.hdb import collapse_weights
 from ripple_flwr.aggregation.mixing import mix_model, mix_stacked, unstack
 from ripple_flwr.io.torch_files import load_weights_only
+from ripple_flwr.privacy.label_means import LabelMechanism, clip_images, default_clip
 from ripple_flwr.router.checkpoint import load_checkpoint
 from ripple_flwr.router.pretrain import resolve_device
 from ripple_flwr.runs.saved_runs import SavedRun, file_sha256, load_run
@@ -94,6 +95,7 @@ class Onboarder:
             c = run.concepts
             t = LabelStacks(*(np.asarray(c[k], dtype=np.float64) for k in LabelStacks.FIELDS))
             self.concepts = Concepts(t, np.zeros(0, dtype=np.int64), "saved")
+        self.label_dp = label_dp_of(run)  # the run's per-label DP release, if any
         if run.router not in ("none", "descriptor"):
             self._load_router()
         # The skeleton is built once (construction draws from torch's global RNG,
@@ -248,7 +250,10 @@ class Onboarder:
         if len(y) and not 0 <= y.min() <= y.max() < self.run.num_classes:
             raise ValueError(f"labels must lie in [0, {self.run.num_classes}) (the run's classes)")
         count = int(np.ravel(self.run.concepts["min_label_count"])[0])
-        return label_block(x, y, self.run.num_classes, count)
+        if self.label_dp is None:
+            return label_block(x, y, self.run.num_classes, count)
+        block = label_block(clip_images(x, self.label_dp.clip), y, self.run.num_classes, count)
+        return self.label_dp.release(block, self.run.num_classes, np.random.default_rng())
 
     def concept_weights(self, blocks: list[np.ndarray | None]) -> tuple[np.ndarray, list]:
         """(B, G) concept weights of these per-label blocks; a client without one (no labels)
@@ -265,7 +270,10 @@ class Onboarder:
         if rows and self.concepts is not None:
             c, d = self.run.num_classes, int(np.prod(self.run.image_shape))
             count = int(np.ravel(self.run.concepts["min_label_count"])[0])
-            stacks, bad = read_blocks(np.stack([blocks[i] for i in rows]), c, d, count)
+            noise = None if self.label_dp is None else self.label_dp.sigmas
+            stacks, bad = read_blocks(
+                np.stack([blocks[i] for i in rows]), c, d, count, noise_sd=noise
+            )
             got, why = unmix(stacks, self.concepts)
             for j, i in enumerate(rows):
                 reason = bad[j] or why[j]
@@ -388,6 +396,15 @@ class Onboarder:
         model = copy.deepcopy(self._skeleton)
         set_state(model, dict(state))
         return model.to(self.device).eval()
+
+
+def label_dp_of(run: SavedRun) -> LabelMechanism | None:
+    """A class-conditional run's per-label DP release, from its saved settings."""
+    eps = float(run.settings.get("label-dp-epsilon") or 0.0)
+    if run.concepts is None or not eps:
+        return None
+    clip = float(run.settings.get("label-dp-clip") or 0.0) or default_clip(run.image_shape)
+    return LabelMechanism(eps, float(run.settings.get("label-dp-delta", 1e-5)), clip)
 
 
 def save_model(path: str | Path, onboarding: Onboarding, run: SavedRun) -> Path:

@@ -64,7 +64,7 @@ _RECREATE = (
     "saves <results>.run.pt when it finishes)"
 )
 # What a class-conditional run saves of its concepts (SavedRun.concepts).
-CONCEPT_KEYS = ("counts", "variances", "means", "min_label_count")
+CONCEPT_KEYS = ("counts", "variances", "means", "noise", "min_label_count")
 # What save_run writes (and the content hash beside it).
 _KEYS = (
     "format",
@@ -229,7 +229,7 @@ class SavedRun:
         if self.router not in ("gmm-vae", "mean-unmixing"):
             raise ValueError("concepts go with a routed run (gmm-vae or mean-unmixing)")
         g, d = c["means"].shape[0], int(np.prod(self.image_shape))
-        want = {"counts": (g, self.num_classes), "variances": (g, self.num_classes)}
+        want = {k: (g, self.num_classes) for k in ("counts", "variances", "noise")}
         want["means"] = (g, self.num_classes, d)
         for key, shape in want.items():
             if c[key].shape != shape or not np.all(np.isfinite(c[key])):

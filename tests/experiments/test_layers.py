@@ -42,6 +42,7 @@ ALLOWED: dict[str, set[str]] = {
         "router",
         "training",
         "aggregation",
+        "privacy",
         "methods",
     },
     "method_server": BELOW_RUNS | {"runs", "app", "methods", "method_client"},

@@ -315,3 +315,57 @@ def test_onboard_places_a_labelled_newcomer_as_the_run_did_and_warns_without_lab
     argv = [results["saved_run"], "--images", str(bare), "--out", str(out), "--strict"]
     assert onboard.main(argv) == 2
     assert "no labels" in capsys.readouterr().err and not out.exists()
+
+
+def test_label_dp_noises_each_kept_mean_at_the_mechanisms_scale_and_keeps_the_counts():
+    from ripple_flwr.privacy.label_means import LabelMechanism, clip_images
+    from ripple_flwr.privacy.mechanism import gaussian_sigma
+
+    rng = np.random.default_rng(11)
+    x, y = client(rng, class_means(rng), 0, [0, 2], n=40)
+    clip = 2.0
+    clipped = clip_images(x, clip)
+    assert np.linalg.norm(clipped.reshape(len(x), -1), axis=1).max() <= clip + 1e-9
+    clean = label_block(clipped, y, CLASSES, MIN)
+    mech = LabelMechanism(epsilon=4.0, delta=1e-5, clip=clip)
+    noisy = mech.release(clean, CLASSES, np.random.default_rng(0))
+    np.testing.assert_array_equal(noisy[:CLASSES], clean[:CLASSES])  # counts exact
+    mean_sd, var_sd = mech.sigmas(clean[:CLASSES])
+    assert mean_sd[0] == pytest.approx(gaussian_sigma(2.0, 5e-6, 2 * clip / 40))
+    assert var_sd[2] == pytest.approx(gaussian_sigma(2.0, 5e-6, 3.0 / 40))
+    assert mean_sd[1] == var_sd[1] == 0.0  # a label not kept gets no noise, sends nothing
+    diff = (noisy - clean)[2 * CLASSES :].reshape(CLASSES, D)
+    assert not diff[[1, 3]].any()
+    assert np.std(diff[[0, 2]]) == pytest.approx(mean_sd[0], rel=0.2)
+
+
+def test_noisy_blocks_are_read_within_their_noise_and_still_place_concepts():
+    from ripple_flwr.privacy.label_means import LabelMechanism
+
+    blocks, truth, _, _, _ = federation(12, per_concept=10)
+    mech = LabelMechanism(epsilon=200.0, delta=1e-5, clip=float(np.sqrt(D)))
+    rng = np.random.default_rng(1)
+    noisy = np.stack([mech.release(b, CLASSES, rng) for b in blocks])
+    plain, why = read_blocks(noisy, CLASSES, D, MIN)
+    assert any(r is not None and "outside" in r for r in why)  # noise leaves [0, 1] ...
+    stacks, why = read_blocks(noisy, CLASSES, D, MIN, noise_sd=mech.sigmas)
+    assert why == [None] * len(blocks)  # ... by what the public mechanism allows
+    assert np.all(stacks.noise[stacks.mask] > 0)
+    found = find_concepts(stacks, None, 3, np.random.default_rng(0))
+    w, _ = unmix(stacks, found)
+    assert adjusted_rand_score(truth, w.argmax(axis=1)) == pytest.approx(1.0)
+    # A mean far beyond the noise is still refused.
+    bad = noisy.copy()
+    bad[0, 2 * CLASSES :] = 1e3
+    assert read_blocks(bad, CLASSES, D, MIN, noise_sd=mech.sigmas)[1][0] is not None
+
+
+def test_a_private_class_conditional_run_records_epsilon_per_client():
+    blocks, _, images, _, _ = federation(13)
+    m = ripple({"label-dp-epsilon": 8.0}, 0)
+    m.setup(query(summaries(images, blocks)))
+    dp = m.concept.record["label_dp"]
+    assert dp["epsilon_per_client"] == 8.0 and dp["delta"] == 1e-5
+    assert dp["clip"] == pytest.approx(np.sqrt(D)) and "counts" in dp["protects"]
+    with pytest.raises(Exception, match="label-dp-delta"):
+        parse_run_config({"method": "ripple", "class-conditional": True, "label-dp-delta": 1e-6})

@@ -26,6 +26,7 @@ from ripple_flwr.aggregation.concepts import (
     read_blocks,
     unmix,
 )
+from ripple_flwr.methods.ripple.client import label_mechanism
 from ripple_flwr.methods.ripple.spec import CONCEPTS, MIN_LABEL_COUNT
 from ripple_flwr.settings import RunSettings
 
@@ -58,6 +59,7 @@ class ConceptStep:
         self.num_classes = int(num_classes)
         self.d = int(np.prod(image_shape))
         self.min_count = MIN_LABEL_COUNT.of(settings)
+        self.mechanism = label_mechanism(settings, image_shape)  # None: no label DP
         self.concepts: Concepts | None = None
         self.record: dict[str, Any] = {}
 
@@ -78,7 +80,12 @@ class ConceptStep:
     def read(self, blocks: np.ndarray, sizes: Any) -> tuple[LabelStacks, list[str | None]]:
         """The checked blocks, and why each unusable one is."""
         return read_blocks(
-            blocks, self.num_classes, self.d, self.min_count, np.asarray(sizes, dtype=float)
+            blocks,
+            self.num_classes,
+            self.d,
+            self.min_count,
+            np.asarray(sizes, dtype=float),
+            noise_sd=None if self.mechanism is None else self.mechanism.sigmas,
         )
 
     def fit(self, blocks: np.ndarray, sizes: Any) -> None:
@@ -107,6 +114,15 @@ class ConceptStep:
             "unusable_training_clients": len(reasons) - usable,
             "summary_floats": self.summary_dim,
             "summary_bytes": 4 * self.summary_dim,
+            "label_dp": None
+            if self.mechanism is None
+            else {
+                "epsilon_per_client": self.mechanism.epsilon,
+                "delta": self.mechanism.delta,
+                "clip": self.mechanism.clip,
+                "protects": "each label's mean and variance, one image replaced; the counts "
+                "are sent exactly",
+            },
         }
         log.info(
             "class-conditional: G = %d concepts (%s) from %d training clients keeping %.2f "
@@ -138,6 +154,7 @@ class ConceptStep:
             "counts": t.counts,
             "variances": t.variances,
             "means": t.means,
+            "noise": t.noise,
             "groups": self.concepts.groups,
             "rule": self.concepts.rule,
         }
@@ -147,9 +164,5 @@ class ConceptStep:
         if "means" not in saved:
             self.concepts = None
             return
-        t = LabelStacks(
-            np.asarray(saved["counts"], dtype=np.float64),
-            np.asarray(saved["variances"], dtype=np.float64),
-            np.asarray(saved["means"], dtype=np.float64),
-        )
+        t = LabelStacks(*(np.asarray(saved[k], dtype=np.float64) for k in LabelStacks.FIELDS))
         self.concepts = Concepts(t, np.asarray(saved["groups"], dtype=np.int64), saved["rule"])

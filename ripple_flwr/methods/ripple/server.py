@@ -342,6 +342,7 @@ class RippleMethod(Method):
                 "counts": t.counts,
                 "variances": t.variances,
                 "means": t.means,
+                "noise": t.noise,
                 "min_label_count": np.array(self.concept.min_count),
             }
         return Export(self.saved_models(), component_map=self.component_map, concepts=concepts)

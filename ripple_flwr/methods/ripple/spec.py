@@ -57,7 +57,41 @@ CONCEPTS = Option(
     low=0,
     high=100,
 )
-CONCEPT_OPTIONS = (CLASS_CONDITIONAL, MIN_LABEL_COUNT, CONCEPTS)
+LABEL_DP_EPSILON = Option(
+    "label-dp-epsilon",
+    float,
+    0.0,
+    "class-conditional: > 0 releases each label's mean and variance (epsilon, delta)-DP for one "
+    "image replaced, given the counts (which are sent exactly); 0 = off "
+    "(ripple_flwr/privacy/label_means.py)",
+    low=0,
+)
+LABEL_DP_DELTA = Option(
+    "label-dp-delta",
+    float,
+    1e-5,
+    "class-conditional: delta of that release",
+    low=0,
+    high=1,
+    low_open=True,
+    high_open=True,
+)
+LABEL_DP_CLIP = Option(
+    "label-dp-clip",
+    float,
+    0.0,
+    "class-conditional: each image's L2 norm is clipped to this before its label's mean is "
+    "taken (0 = sqrt(C*H*W), the largest a [0, 1] image has: nothing clipped)",
+    low=0,
+)
+CONCEPT_OPTIONS = (
+    CLASS_CONDITIONAL,
+    MIN_LABEL_COUNT,
+    CONCEPTS,
+    LABEL_DP_EPSILON,
+    LABEL_DP_DELTA,
+    LABEL_DP_CLIP,
+)
 
 # What cluster-optimizer reads besides itself (the same keys as the global rows').
 OPTIMIZER_OPTIONS = (
@@ -88,6 +122,9 @@ def unread(settings: RunSettings) -> dict[str, str]:
     if not CLASS_CONDITIONAL.of(settings):
         for opt in CONCEPT_OPTIONS[1:]:
             out[opt.key] = "read only with class-conditional=true"
+    elif not LABEL_DP_EPSILON.of(settings):
+        for opt in (LABEL_DP_DELTA, LABEL_DP_CLIP):
+            out[opt.key] = "read only with label-dp-epsilon > 0"
     chosen = CLUSTER_OPTIMIZER.of(settings)
     for opt in OPTIMIZER_OPTIONS[1:]:
         if opt.key not in OPTIMIZER_READS.get(chosen, ()):
