@@ -190,7 +190,10 @@ def one_shot_bytes() -> str:
         f"Dir({d['protocol']['alpha']}), the largest over {d['protocol']['num-partitions']} "
         f"clients, {_file('summary_bytes.json')}): PACFL's subspaces {b['pacfl']:,} B, "
         f"Ripple's WST embedding {b['ripple (gmm-vae)']:,} B (mean unmixing's mean image "
-        f"{b['ripple (mean-unmixing)']:,} B), against {d['model_bytes']:,} B for one model."
+        f"{b['ripple (mean-unmixing)']:,} B; class-conditional Ripple adds its per-label block: "
+        f"{b['ripple class-conditional (gmm-vae)']:,} B and "
+        f"{b['ripple class-conditional (mean-unmixing)']:,} B), against {d['model_bytes']:,} B "
+        "for one model."
     )
 
 

@@ -212,8 +212,60 @@ def in_run_findings() -> str:
     )
 
 
+LABEL_DP = "label_dp.json"
+SUMMARY_BYTES = "summary_bytes.json"
+
+
+def class_conditional_bytes() -> str:
+    """Table: what one client sends once, per summary, against one model
+    (``benchmarks/summary_bytes.py``)."""
+    d = one(SUMMARY_BYTES)
+    model = d["model_bytes"]
+    rows = ["| one-shot summary | bytes per client | share of one model |", "|---|---|---|"]
+    for name, b in d["summary_bytes"].items():
+        rows.append(f"| {name} | {b:,} | {100 * b / model:.1f}% |")
+    rows.append(f"| the model itself (every round, each way) | {model:,} | 100% |")
+    return "\n".join(rows)
+
+
+def label_dp_table() -> str:
+    """Table: the concepts found under label DP, per cell, clip and epsilon
+    (``benchmarks/label_dp.py``)."""
+    d = one(LABEL_DP)
+    p = d["protocol"]
+    head = (
+        f"{p['dataset']}, {p['num-partitions']} training clients x {p['partition-size']} "
+        f"images and {p['new-clients']} new clients x {p['new-partition-size']}, data seed "
+        f"{p['data-seed']} (no map uses it), min-label-count {p['min-label-count']}, delta "
+        f"{d['delta']:g}; concepts by Ripple-HDB's rule; ARI of the largest concept weight "
+        "against the true concept over the clients whose largest true share is 0.9 or more "
+        "(n/a: none)."
+    )
+    rows = [
+        head,
+        "",
+        "| cell | clip, epsilon | noise sd per pixel (20 images) | concepts found | ARI, "
+        "training clients | ARI, new clients |",
+        "|---|---|---|---|---|---|",
+    ]
+
+    def num(v: Any) -> str:
+        return "n/a" if v is None else f"{v:.2f}"
+
+    for cell, runs in d["cells"].items():
+        for key, r in runs.items():
+            sd = r["noise_sd_per_pixel_at_min_count"]
+            rows.append(
+                f"| {cell} | {key} | {'-' if sd is None else f'{sd:.2f}'} | {r['concepts']} | "
+                f"{num(r['ari_train'])} | {num(r['ari_new'])} |"
+            )
+    return "\n".join(rows)
+
+
 BLOCKS = {
     "docs/privacy.md": {
+        "class-conditional-bytes": class_conditional_bytes,
+        "label-dp-table": label_dp_table,
         "dp-offline-setup": offline_setup,
         "dp-offline-protocol": offline_protocol,
         "dp-offline-table": offline_table,

@@ -23,6 +23,7 @@ Runs go through the tables' engine (``--jobs``, ``--ray-address``, ``--reuse``,
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import tempfile
@@ -254,6 +255,9 @@ def map_table(
             "router": {m: router_comparison(rows, m) for m in METRICS},
             "additions": {m: addition_margins(rows, m) for m in METRICS},
         }
+        record = getattr(args, "protocol_record", None)
+        if record is not None:
+            cells[cell]["protocol"] = protocol_verdicts(rows, record["comparisons"])
     if stamp is not None and args.plot:
         from paper.plots import margin_figure, save
 
@@ -264,6 +268,20 @@ def map_table(
         "missing": [Path(m).name for m in runner.missing],
         "markdown": markdown(args, cells),
     }
+
+
+def protocol_verdicts(
+    rows: Mapping[str, Mapping[str, Any]], comparisons: Mapping[str, list[str]]
+) -> dict[str, Any]:
+    """The protocol's comparisons in one cell, each paired per seed over the seeds both rows
+    have (:func:`~ripple_flwr.runs.statistics.paired`: < 3 shared seeds, no verdict)."""
+    out: dict[str, Any] = {}
+    for row, rivals in comparisons.items():
+        for rival in rivals:
+            out[f"{row} - {rival}"] = {
+                m: paired(rows[row][m]["per_seed"], rows[rival][m]["per_seed"]) for m in METRICS
+            }
+    return out
 
 
 def _margin_text(m: Mapping[str, Any] | None) -> str:
@@ -336,13 +354,111 @@ def markdown(args: argparse.Namespace, cells: Mapping[str, Mapping[str, Any]]) -
                 for m in METRICS
             ]
             md.append(f"| {cell} | {name} | " + " | ".join(texts) + " |")
+    record = getattr(args, "protocol_record", None)
+    if record is not None:
+        md += [
+            "",
+            f"Pre-registered comparisons (protocol `{record['name']}`, committed in "
+            f"{(record['commit'] or 'no commit')[:12]}, sha256 {record['sha256'][:12]}): "
+            f"points, {PAIRED}, over the seeds both rows have.",
+            "",
+            "| cell | comparison | training | zero-shot |",
+            "|---|---|---|---|",
+        ]
+        for cell, entry in cells.items():
+            for name, by_metric in entry.get("protocol", {}).items():
+                texts = [_protocol_text(by_metric[m]) for m in METRICS]
+                md.append(f"| {cell} | {name} | " + " | ".join(texts) + " |")
     return "\n".join(md)
+
+
+def _protocol_text(p: Mapping[str, Any]) -> str:
+    if not p.get("n"):
+        return "n/a"
+    unpaired = f"; one side only: {', '.join(map(str, p['unpaired']))}" if p["unpaired"] else ""
+    return f"{fmt_paired(p)}: {p['verdict']}{unpaired}"
 
 
 def _addition_text(p: Mapping[str, Any] | None) -> str:
     if not p or p.get("mean") is None:
         return "n/a"
     return f"{fmt_paired(p)} vs {p['against']}: {p['verdict']}"
+
+
+DEFAULTS = {"cells": list(CELLS), "methods": list(ROWS), "seeds": [42, 7, 123], "rounds": 100}
+PROTOCOL_KEYS = ("name", "seeds", "development_seeds", "rounds", "cells", "rows", "comparisons")
+
+
+def load_protocol(path: Path) -> dict[str, Any]:
+    """A protocol file, checked: its cells and rows exist, its seeds are fresh (none of its
+    development seeds), at least 3, distinct; every compared row is one of its rows."""
+    try:
+        proto = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"protocol {path}: cannot read it as JSON ({err})") from None
+    missing = [k for k in PROTOCOL_KEYS if k not in proto]
+    if missing:
+        raise ValueError(f"protocol {path} lacks {', '.join(missing)}")
+    unknown = [c for c in proto["cells"] if c not in CELLS]
+    unknown += [r for r in proto["rows"] if r not in ROWS]
+    if unknown:
+        raise ValueError(f"protocol {path} names no cell or row {', '.join(unknown)}")
+    seeds = proto["seeds"]
+    if len(set(seeds)) != len(seeds) or len(seeds) < 3:
+        raise ValueError(f"protocol {path}: seeds {seeds} must be 3 or more, distinct")
+    used = sorted(set(seeds) & set(proto["development_seeds"]))
+    if used:
+        raise ValueError(f"protocol {path}: seeds {used} are development seeds, not fresh ones")
+    for row, rivals in proto["comparisons"].items():
+        stray = [r for r in [row, *rivals] if r not in proto["rows"]]
+        if stray:
+            raise ValueError(f"protocol {path}: compares {', '.join(stray)}, not among its rows")
+    return proto
+
+
+def _commit_of(path: Path) -> str | None:
+    """The commit that last changed ``path`` (None: not committed, or no git)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            ["git", "log", "-1", "--format=%H", "--", path.name],
+            cwd=path.parent,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None
+
+
+def apply_protocol(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
+    """``--protocol``: the file's cells, rows, seeds and rounds (flags for them refused);
+    without it, the flags or their defaults."""
+    args.protocol_record = None
+    if not args.protocol:
+        for key, value in DEFAULTS.items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
+        return
+    given = [f"--{k}" for k in DEFAULTS if getattr(args, k) is not None]
+    if given:
+        p.error(f"--protocol fixes the runs; drop {', '.join(given)} (a new protocol file adds)")
+    path = Path(args.protocol).expanduser().resolve()
+    try:
+        proto = load_protocol(path)
+    except ValueError as err:
+        p.error(str(err))
+    args.cells, args.methods = list(proto["cells"]), list(proto["rows"])
+    args.seeds, args.rounds = list(proto["seeds"]), int(proto["rounds"])
+    args.protocol_record = {
+        "name": proto["name"],
+        "path": str(path),
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "commit": _commit_of(path),
+        "comparisons": proto["comparisons"],
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -355,13 +471,15 @@ def build_parser() -> argparse.ArgumentParser:
         "a flag sets (alpha, method, num-server-rounds, ...) is refused.",
     )
     p.add_argument(
-        "--cells", nargs="+", default=list(CELLS), choices=list(CELLS), help="default: all"
+        "--protocol",
+        default="",
+        help="a pre-registered protocol file (paper/protocols/*.json): its cells, rows, seeds, "
+        "rounds and comparisons; --cells, --methods, --seeds and --rounds are then refused",
     )
-    p.add_argument(
-        "--methods", nargs="+", default=list(ROWS), choices=list(ROWS), help="default: all rows"
-    )
-    p.add_argument("--seeds", type=int, nargs="+", default=[42, 7, 123], help="default: 42 7 123")
-    p.add_argument("--rounds", type=int, default=100, help="rounds of every run (100)")
+    p.add_argument("--cells", nargs="+", choices=list(CELLS), help="default: all")
+    p.add_argument("--methods", nargs="+", choices=list(ROWS), help="default: all rows")
+    p.add_argument("--seeds", type=int, nargs="+", help="default: 42 7 123")
+    p.add_argument("--rounds", type=int, help="rounds of every run (100)")
     p.add_argument("--eval-every", type=int, default=10, help="evaluate every N rounds (10)")
     add_set_flag(p, "a run-config key for every run (e.g. --set checkpoint=...)")
     p.add_argument("--out", default="", help="folder for the results files (default: a temp)")
@@ -379,6 +497,7 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
     """Run (or read) the map; Markdown, the margin figure and one JSON line."""
     p = build_parser()
     args = p.parse_args(argv)
+    apply_protocol(args, p)
     check_outputs(args, p)
     if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
         p.error(f"--seeds {' '.join(map(str, args.seeds))}: distinct seeds >= 0, each a federation")
@@ -414,6 +533,7 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
             "seeds": args.seeds,
             "interval": SPREAD,
             "machine": stamp,
+            **({"protocol": args.protocol_record} if args.protocol else {}),
             **{k: v for k, v in result.items() if k != "markdown"},
             "failed": {Path(k).name: v for k, v in runner.failed.items()},
             "markdown": str(md_path),

@@ -280,8 +280,10 @@ def _seeded_groups(dist: np.ndarray, g: int, rng: np.random.Generator) -> np.nda
 
 # Two templates are one concept when their means differ by at most this many times what
 # sampling alone gives (standardized as :func:`standardized_distances`), or share no label.
-# Chosen on the development federations (benchmarks/concepts.py): one concept's templates
-# reach 1-3, two concepts' (label permutations, rotations) 40 and more.
+# Chosen on the development seeds 42, 7, 123 (benchmarks/concepts.py, docs/results/
+# concepts.json): templates of one concept reach about 4 under label skew and FedRC's cell,
+# of two concepts 9 and more; under Dir(0.1) over four concepts, groups of mixed clients
+# overlap that gap (up to about 12), which costs that cell's training clients some ARI.
 MERGE_Z = 8.0
 
 

@@ -455,3 +455,43 @@ def test_the_data_seed_redraws_the_whole_federation() -> None:
     assert not np.array_equal(a.aux_indices, b.aux_indices)
     assert not np.array_equal(a.client_indices(0), b.client_indices(0))
     assert not np.array_equal(a.client_indices(8), b.client_indices(8))  # the new clients too
+
+
+def test_fedrc_concepts_relabel_each_client_whole_and_survive_the_cache(tmp_path):
+    """client-concepts=fedrc: one concept per client (new ones too), train and test labels
+    mapped alike, D_aux untouched, the same federation from the disk cache."""
+    from ripple_flwr.app.run_config import parse_run_config
+    from ripple_flwr.data.cache import PROCESS_DATA, cached_federation
+    from ripple_flwr.data.federation import FEDRC_SHARES, fedrc_maps
+    from ripple_flwr.settings import ConfigError
+
+    cfg = {
+        "dataset": "mnist-5k",
+        "num-partitions": 40,
+        "partition-size": 60,
+        "alpha": 0.5,
+        "aux-size": 100,
+        "new-clients": 10,
+        "client-concepts": "fedrc",
+        "cache-dir": str(tmp_path),
+    }
+    fed = cached_federation(parse_run_config(cfg))
+    plain = cached_federation(parse_run_config({**cfg, "client-concepts": "none"}))
+    assert fed.concepts.shape == (50,) and set(fed.concepts) <= {0, 1, 2}
+    assert len(set(fed.concepts)) == len(FEDRC_SHARES)
+    maps = fedrc_maps(10)
+    for pid in range(50):
+        x, y, xt, yt = fed.client_data(pid)
+        px, py, pxt, pyt = plain.client_data(pid)
+        np.testing.assert_array_equal(x, px)  # the same images, ...
+        to = maps[fed.concepts[pid]]
+        np.testing.assert_array_equal(y, to[py])  # ... labelled by the client's concept
+        np.testing.assert_array_equal(yt, to[pyt])
+    np.testing.assert_array_equal(fed.aux_data()[1], plain.aux_data()[1])
+    np.testing.assert_array_equal(fed.concept_mixtures(), np.eye(3)[fed.concepts])
+    assert plain.concept_mixtures() is None
+    PROCESS_DATA.clear()  # from the disk cache this time
+    again = cached_federation(parse_run_config(cfg))
+    np.testing.assert_array_equal(again.concepts, fed.concepts)
+    with pytest.raises(ConfigError, match="client-concepts"):
+        parse_run_config({**cfg, "dataset": "permuted-mnist-5k"})

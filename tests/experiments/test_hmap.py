@@ -230,3 +230,45 @@ def test_where_they_win_groups_each_added_rows_cells_by_verdict():
         "- **PACFL**: against Ripple (paper's rule), leads in a; trails in b; "
         "against the best other method, trails in a, b."
     )
+
+
+def test_the_committed_protocol_is_fresh_and_names_only_what_the_map_has():
+    proto = hmap.load_protocol(Path(hmap.__file__).parent / "protocols" / "map-fresh-1.json")
+    assert not set(proto["seeds"]) & {0, 42, 7, 123, 5, 9} and len(proto["seeds"]) == 5
+    assert proto["recommended"] in proto["rows"] and proto["paper_row"] in proto["rows"]
+    assert "ifca" in proto["rows"] and set(proto["cells"]) == set(hmap.CELLS)
+
+
+def test_a_protocol_fixes_the_runs_and_its_comparisons_use_shared_seeds(tmp_path, capsys):
+    proto = {
+        "name": "test-protocol",
+        "development_seeds": [42],
+        "seeds": [1, 2, 3],
+        "rounds": 30,
+        "cells": ["label-skew-0.1"],
+        "rows": ["ripple-rec", "ifca", "fedavg"],
+        "comparisons": {"ripple-rec": ["ifca", "fedavg"]},
+    }
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(proto))
+    fake = FakeTrainer()
+    out = ["--set", "num-partitions=8", "--set", "clients-per-round=4", "--out", str(tmp_path)]
+    line = run_map(["--protocol", str(path), *out], capsys, fake)
+    assert len(fake.configs) == 3 * 3  # rows x seeds, nothing else
+    assert {c["num-server-rounds"] for c in fake.configs} == {30}
+    rec = line["protocol"]
+    assert rec["name"] == "test-protocol" and len(rec["sha256"]) == 64
+    verdicts = line["cells"]["label-skew-0.1"]["protocol"]
+    assert set(verdicts) == {"ripple-rec - ifca", "ripple-rec - fedavg"}
+    assert verdicts["ripple-rec - ifca"]["final_accuracy"]["n"] == 3
+    assert (
+        "Pre-registered comparisons (protocol `test-protocol`" in Path(line["markdown"]).read_text()
+    )
+    # Flags that the protocol fixes are refused, and so is a protocol on development seeds.
+    with pytest.raises(SystemExit) as stop:
+        hmap.main(["--protocol", str(path), "--seeds", "4", "5", "6", *out])
+    assert stop.value.code == 2 and "drop --seeds" in capsys.readouterr().err
+    path.write_text(json.dumps({**proto, "seeds": [42, 1, 2]}))
+    with pytest.raises(SystemExit) as stop:
+        hmap.main(["--protocol", str(path), *out])
+    assert stop.value.code == 2 and "development seeds" in capsys.readouterr().err
