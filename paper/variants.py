@@ -9,6 +9,7 @@ FedYogi per cluster model, ``ripple-<strat|unif>-yogi``; the oracle's ``oracle``
 from __future__ import annotations
 
 from ripple_flwr.methods.registry import METHODS
+from ripple_flwr.methods.ripple.spec import PRESETS as RIPPLE_PRESETS
 from ripple_flwr.settings import ROUTERS, SAMPLINGS
 
 SHORT = {"stratified": "strat", "uniform": "unif"}  # a sampler's tag in a row's name
@@ -25,16 +26,8 @@ def _yogi_rows(name: str) -> dict[str, dict]:
     }
 
 
-# The recommended Ripple (issue 62), fixed before the fresh-seed map: mean unmixing (no
-# pre-training, the best router on the development seeds), Ripple-Strat with the rotating
-# order, FedYogi per cluster, and the class-conditional summary (issue 60).
-RECOMMENDED = {
-    "router": "mean-unmixing",
-    "sampling": "stratified",
-    "strat-order": "rotation",
-    "cluster-optimizer": "fedyogi",
-    "class-conditional": True,
-}
+# The recommended Ripple (issue 62): Ripple's ``preset = "recommended"``, key by key.
+RECOMMENDED = dict(RIPPLE_PRESETS["recommended"])
 
 
 def _recommended_row(name: str) -> dict[str, dict]:

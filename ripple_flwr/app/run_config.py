@@ -30,9 +30,42 @@ def parse_run_config(run_config: Mapping[str, Any], *, method_rules: bool = True
     ``check_settings``): a client, which the server never messages before it has checked
     them, parses without importing a strategy.
     """
-    settings = RunSettings.from_run_config(run_config, registry.all_options())
+    settings = RunSettings.from_run_config(expand_preset(run_config), registry.all_options())
     check_run(settings, method_rules=method_rules)
     return settings
+
+
+def expand_preset(run_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The run config with its method's ``preset`` (a named configuration) written out.
+
+    A key the preset sets is set to its value; a key the run sets to another value than both
+    the preset's and its default is refused in one line (a preset never overrides a choice
+    the user made).
+    """
+    out = dict(run_config)
+    name = str(out.get("preset", "none") or "none")
+    if name == "none":
+        return out
+    method = str(out.get("method", RunSettings.__dataclass_fields__["method"].default))
+    spec = registry.METHODS.get(method)
+    presets = {} if spec is None else spec.presets
+    if name not in presets:
+        has = ", ".join(presets) or "none"
+        owners = [m for m, s in registry.METHODS.items() if name in s.presets]
+        where = f"read only by method {', '.join(owners)}" if owners else "no method has it"
+        raise ConfigError(
+            f"preset={name!r} is not a preset of method {method!r} (its presets: {has}); {where}"
+        )
+    defaults = {**_field_defaults(), **{o.key: o.default for o in registry.all_options()}}
+    for key, value in presets[name].items():
+        given = out.get(key, defaults.get(key))
+        if key in run_config and given != value and given != defaults.get(key):
+            raise ConfigError(
+                f"preset={name!r} sets {key}={value!r}, the run sets {key}={given!r}: drop "
+                f"{key} (or the preset) to run one of them"
+            )
+        out[key] = value
+    return out
 
 
 def settings_defaults() -> dict[str, Any]:

@@ -16,7 +16,7 @@ import functools
 import importlib
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -162,6 +162,10 @@ class MethodSpec:
     package : str
         The method's folder as a package (``ripple_flwr.methods.ifca``); set by
         :func:`~ripple_flwr.methods.registry.discover` from where ``spec.py`` was found.
+    presets : mapping, optional
+        ``name -> {key: value}``: run configurations a user sets with ``preset = "<name>"``
+        (Ripple's ``recommended`` and ``paper``); the method must declare a ``preset``
+        option whose choices are these names.
     """
 
     name: str
@@ -178,6 +182,7 @@ class MethodSpec:
     rank: int = 1000
     package: str = ""
     unread: Callable[[RunSettings], dict[str, str]] | None = None
+    presets: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def server(self) -> ModuleType:

@@ -104,3 +104,21 @@ def test_quantity_skew_is_a_key_and_refused_beside_embedding_dp():
         parse_run_config({"partition-size-spread": 10, "embedding-dp-epsilon": 1.0})
     with pytest.raises(ConfigError, match="partition-size-spread"):
         parse_run_config({"partition-size-spread": 0.5})
+
+
+def test_a_preset_writes_its_keys_and_never_overrides_a_choice():
+    from paper.variants import RECOMMENDED
+    from ripple_flwr.methods.registry import METHODS
+
+    rec = parse_run_config({"method": "ripple", "preset": "recommended"}).to_dict()
+    assert {k: rec[k] for k in RECOMMENDED} == RECOMMENDED
+    paper = parse_run_config({"method": "ripple", "preset": "paper"}).to_dict()
+    assert paper["router"] == "gmm-vae" and paper["class-conditional"] is False
+    # The map's recommended row is the preset, key by key.
+    assert RECOMMENDED == METHODS["ripple"].presets["recommended"]
+    # A key set to the preset's value, or left at its default, is fine; another is refused.
+    parse_run_config({"preset": "recommended", "router": "mean-unmixing"})
+    with pytest.raises(ConfigError, match="preset='paper' sets router='gmm-vae'"):
+        parse_run_config({"preset": "paper", "router": "mean-unmixing"})
+    with pytest.raises(ConfigError, match="not a preset of method 'ripple'"):
+        parse_run_config({"preset": "fastest"})

@@ -133,6 +133,36 @@ def unread(settings: RunSettings) -> dict[str, str]:
     return out
 
 
+PRESET = Option(
+    "preset",
+    str,
+    "none",
+    "Ripple as one named configuration: recommended (mean unmixing, Ripple-Strat with the "
+    "rotating order, FedYogi per cluster, class-conditional; docs/which-method.md) or paper "
+    "(the paper's Ripple-Strat: GMM-VAE, stratified, eq. 9); its keys are set for you, and a "
+    "key you set to another value than the preset's (and its default) is refused",
+    choices=("none", "recommended", "paper"),
+)
+# The recommended Ripple (issue 62), fixed before the fresh-seed map: mean unmixing (no
+# pre-training; ties or beats the GMM-VAE on the development seeds), Ripple-Strat with the
+# rotating order, FedYogi per cluster, and the class-conditional summary (issue 60).
+PRESETS = {
+    "recommended": {
+        "router": "mean-unmixing",
+        "sampling": "stratified",
+        "strat-order": "rotation",
+        "cluster-optimizer": "fedyogi",
+        "class-conditional": True,
+    },
+    "paper": {
+        "router": "gmm-vae",
+        "sampling": "stratified",
+        "cluster-optimizer": "none",
+        "class-conditional": False,
+    },
+}
+
+
 def oracle_unread(settings: RunSettings) -> dict[str, str]:
     """The oracle's: Ripple's, less the concept keys (it routes by pi*, it has none)."""
     own = {o.key for o in CONCEPT_OPTIONS}
@@ -149,9 +179,10 @@ SPECS = (
         needs_router=True,
         routing_weights=True,
         family="ripple",
-        options=(RIPPLE_STRAT_ORDER, *OPTIMIZER_OPTIONS, *CONCEPT_OPTIONS),
+        options=(RIPPLE_STRAT_ORDER, *OPTIMIZER_OPTIONS, *CONCEPT_OPTIONS, PRESET),
         unread=unread,
         benchmarks=("table2", "map"),
+        presets=PRESETS,
     ),
     MethodSpec(
         "oracle",
