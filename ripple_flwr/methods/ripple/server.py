@@ -43,6 +43,14 @@ from ripple_flwr.wst.threads import worker_threads
 log = logging.getLogger("flwr.ripple")
 
 
+def _joined(router: str | None, concept: str | None) -> str | None:
+    """One client's fallback reasons: the router's, the concept step's, both, or none."""
+    if concept is None:
+        return router
+    concept = f"{concept}; concept weights 1/G"
+    return concept + ", label-free routing kept" if router is None else f"{router}; {concept}"
+
+
 def stack_models(state: dict[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
     """K identical copies of one model state, stacked on a leading cluster axis."""
     return {key: np.repeat(np.asarray(v)[None], k, axis=0) for key, v in state.items()}
@@ -186,14 +194,7 @@ class RippleMethod(Method):
             cw, why = self.concept.weights(blocks, clients.num_examples)
             self.last_concept_weights = cw
             w = combine(cw, w)
-            reasons = [
-                r
-                if y is None
-                else f"{y}; concept weights 1/G, label-free routing kept"
-                if r is None
-                else f"{r}; {y}"
-                for r, y in zip(reasons, why, strict=True)
-            ]
+            reasons = [_joined(r, y) for r, y in zip(reasons, why, strict=True)]
         for pid, reason in zip(clients.partition_ids, reasons, strict=True):
             if reason is not None:
                 log.warning("partition %d: %s", pid, reason)
