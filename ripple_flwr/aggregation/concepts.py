@@ -241,7 +241,12 @@ def templates(stacks: LabelStacks, groups: np.ndarray, g: int) -> LabelStacks:
 def template_distances(stacks: LabelStacks, t: LabelStacks) -> np.ndarray:
     """(N, G) count-weighted mean squared pixel difference of each client to each template
     over the labels both keep; inf where they share none."""
-    sq = ((stacks.means[:, None] - t.means[None]) ** 2).mean(axis=3)  # (N, G, C)
+    # ||m - t||^2 per (client, template, label), without an (N, G, C, D) array
+    d = stacks.means.shape[2]
+    own = (stacks.means**2).sum(axis=2)[:, None, :]  # (N, 1, C)
+    theirs = (t.means**2).sum(axis=2)[None]  # (1, G, C)
+    cross = np.einsum("ncd,gcd->ngc", stacks.means, t.means)
+    sq = np.maximum(own + theirs - 2.0 * cross, 0.0) / d  # (N, G, C)
     both = stacks.counts[:, None, :] * t.mask[None].astype(np.float64)  # (N, G, C)
     mass = both.sum(axis=2)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -309,6 +314,25 @@ def merge_alike(stacks: LabelStacks, groups: np.ndarray) -> np.ndarray:
 
 
 SETTLE_ROUNDS = 10  # merge-and-split passes at most (each stops when nothing changes)
+# The most concepts Ripple-HDB's rule keeps: each concept multiplies the cluster models
+# (G x K), so clients sending crafted blocks (each unlike every other) must not be able to
+# make the server hold hundreds; the largest groups are kept, the others' clients join the
+# nearest. A given ``concepts`` is its own bound.
+MAX_CONCEPTS = 10
+
+
+def _at_most(stacks: LabelStacks, groups: np.ndarray, cap: int) -> np.ndarray:
+    """The ``cap`` largest groups (by clients), every other client to the nearest of them."""
+    sizes = np.bincount(groups)
+    if len(sizes) <= cap:
+        return groups
+    keep = np.sort(np.argsort(-sizes, kind="stable")[:cap])
+    t = templates(stacks, groups, len(sizes)).select(keep)
+    d = template_distances(stacks, t)
+    near = np.where(np.isfinite(d).any(axis=1), np.argmin(d, axis=1), 0)
+    kept_index = {int(g): i for i, g in enumerate(keep)}
+    start = np.array([kept_index.get(int(g), int(n)) for g, n in zip(groups, near, strict=True)])
+    return _kmeans(stacks, start)
 
 
 def split_distinct(
@@ -403,6 +427,7 @@ def find_concepts(
     if g is None:
         groups, found = _hdbscan_groups(dist, min_cluster_size)
         groups = settle(part, _kmeans(part, groups), dist, min_cluster_size, rng)
+        groups = _at_most(part, groups, MAX_CONCEPTS)
         rule = "hdbscan"
     else:
         g = max(1, min(int(g), n))

@@ -369,3 +369,21 @@ def test_a_private_class_conditional_run_records_epsilon_per_client():
     assert dp["clip"] == pytest.approx(np.sqrt(D)) and "counts" in dp["protects"]
     with pytest.raises(Exception, match="label-dp-delta"):
         parse_run_config({"method": "ripple", "class-conditional": True, "label-dp-delta": 1e-6})
+
+
+def test_clients_each_unlike_every_other_cannot_make_the_server_hold_many_concepts():
+    """Crafted blocks (random means in range, plausible counts) form at most MAX_CONCEPTS
+    concepts, so at most MAX_CONCEPTS x K cluster models."""
+    from ripple_flwr.aggregation.concepts import MAX_CONCEPTS, LabelStacks
+
+    rng = np.random.default_rng(21)
+    n = 120
+    counts = np.where(rng.random((n, CLASSES)) < 0.6, 2.0 * MIN, 0.0)
+    counts[counts.sum(axis=1) == 0, 0] = 2.0 * MIN
+    stacks = LabelStacks(
+        counts,
+        np.where(counts > 0, 1e-4, 0.0),  # claims images that barely vary: every mean apart
+        rng.random((n, CLASSES, D)) * (counts > 0)[..., None],
+    )
+    found = find_concepts(stacks, None, 3, np.random.default_rng(0))
+    assert 1 <= found.num_concepts <= MAX_CONCEPTS
