@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 from flwr.app import Message
@@ -30,12 +30,16 @@ from ripple_flwr.methods.api import QueryResult
 from ripple_flwr.runs.results import message_nbytes
 from ripple_flwr.settings import RunSettings
 
-if TYPE_CHECKING:  # the roster is the engine's; replies only read who each row is
-    from ripple_flwr.app.server.roster.admission import ClientRoster
-
 log = logging.getLogger("flwr.ripple")
 
 State = dict[str, np.ndarray]
+
+
+class RowClients(Protocol):
+    """What the replies read of the engine's roster: who each row is (no import of it)."""
+
+    @property
+    def clients(self) -> QueryResult: ...
 
 
 class ReplyHooks(Protocol):
@@ -70,7 +74,7 @@ class Replies:
         self,
         settings: RunSettings,
         validator: ReplyValidator,
-        roster: ClientRoster,
+        roster: RowClients,
         method: ReplyHooks,
     ) -> None:
         self.settings = settings
