@@ -32,9 +32,8 @@ class Router(Protocol):
         """``(B, F)`` client summaries -> ``(B, K)`` weights, rows summing to 1."""
         ...
 
-    def route_with_reasons(self, features: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
-        """:meth:`route`, and for each client why it was routed 1/K (``None``: it was not)."""
-        ...
+    # Optional: ``route_with_reasons(features) -> (w, [reason or None per client])`` says
+    # which summaries it would not read (routed 1/K); a router without it reads them all.
 
 
 def _as_batch(features: np.ndarray, dim: int, what: str) -> np.ndarray:

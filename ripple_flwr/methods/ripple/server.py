@@ -188,7 +188,12 @@ class RippleMethod(Method):
         features = clients.features
         if self.concept is not None:
             features, blocks = self.concept.split(features)
-        w, reasons = self.router.route_with_reasons(features)  # one domain check, one pass
+        both = getattr(self.router, "route_with_reasons", None)
+        if both is None:  # a router without a domain check reads every summary
+            w = self.router.route(features)
+            reasons: list[str | None] = [None] * len(w)
+        else:
+            w, reasons = both(features)  # one domain check, not a second pass
         w = np.asarray(w, dtype=np.float64)
         if self.concept is not None:
             cw, why = self.concept.weights(blocks, clients.num_examples)
