@@ -156,6 +156,15 @@ class Deployment:
             return 0
         return text.count(f"Receiving: {kind} message")
 
+    def messages_taken(self, pid: int, kind: str = "train") -> int:
+        """How many ``kind`` messages that SuperNode received in full (its objects pulled)."""
+        try:
+            text = self.node_logs[pid].read_text(errors="replace")
+        except OSError:
+            return 0
+        chunks = text.split("Receiving: ")[1:]  # each up to the node's next message
+        return sum(c.startswith(f"{kind} message") and "Received successfully" in c for c in chunks)
+
     def kill_node(self, pid: int) -> None:
         self.signal_group(self.nodes[pid], signal.SIGKILL)
 
