@@ -128,7 +128,8 @@ def tiny_checkpoint(tiny_pretrained) -> Path:
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests that pre-train (through the shared fixture) are slow like the process tests.
 
-    Tests that start real Flower processes (they all take the ``ray_tmp`` fixture) run one
+    Tests that start real Flower processes (they take the ``ray_tmp`` fixture or the shared
+    ``loopback_deployment``) run one
     after another on one pytest-xdist worker: each starts a SuperLink, SuperNodes and Ray, picks
     free ports, and would race another deployment for ports and cores. Everything else is
     spread over the other workers, which share the cores with them: so every wait on a Flower
@@ -138,7 +139,7 @@ def pytest_collection_modifyitems(config, items) -> None:
         names = set(getattr(item, "fixturenames", ()))
         if {"tiny_pretrained", "tiny_checkpoint"} & names:
             item.add_marker(pytest.mark.slow)
-        if "ray_tmp" in names:
+        if {"ray_tmp", "_loopback_deployment"} & names:
             item.add_marker(pytest.mark.xdist_group("flower-processes"))
 
 
@@ -205,6 +206,39 @@ def ray_tmp():
     path = Path(tempfile.mkdtemp(prefix="rf-ray-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def _loopback_deployment(tmp_path_factory):
+    """The session's loopback deployment, started by the first test that asks for it.
+
+    One SuperLink (``--isolation subprocess``, a state database) and two SuperNodes holding
+    partitions 0 and 1 of 2 (``fault_deployment.Deployment``). The healthy deployment tests
+    (tests/processes/test_deployment.py, test_deployment_stateful.py) submit their runs to it
+    one after another, as an operator would; the fault tests (test_faults_real.py), collected
+    after them, break it and stop it. At the end of the session every process it started
+    must be stopped."""
+    import tempfile
+
+    from fault_deployment import Deployment
+
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rf-loop-", dir="/tmp"))
+    dep = Deployment(tmp_path_factory.mktemp("loopback"), ray_tmp, nodes=2)
+    try:
+        yield dep
+    finally:
+        late = dep.stop()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert not late, f"still running after SIGTERM: {late}"
+    for name, proc, _ in dep.procs.procs:
+        assert proc.poll() is not None, f"{name} still running"
+    assert not dep.leftovers()
+
+
+@pytest.fixture
+def loopback_deployment(_loopback_deployment):
+    """The session's loopback deployment, running (started afresh if a test stopped it)."""
+    return _loopback_deployment.ensure_running()
 
 
 def write_cli_config(home: Path, name: str, port: int) -> None:

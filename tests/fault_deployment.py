@@ -1,5 +1,9 @@
 """A loopback deployment the fault tests (and ``benchmarks/faults_real.py``) break on purpose.
 
+The same deployment serves the healthy loopback tests first (``loopback_deployment`` in
+conftest.py: one SuperLink and two SuperNodes per test session, ``flwr run --stream``
+submissions through :meth:`Deployment.run_streamed`).
+
 One SuperLink (``--isolation subprocess``: each run's ServerApp is a ``flwr-serverapp``
 process) on a state database, and SuperNodes that hold the benchmark partitions
 ``0..n-1``. Runs are submitted without ``--stream`` and watched through the files
@@ -28,6 +32,7 @@ from conftest import (
     flower_env,
     free_port,
     run_flwr,
+    run_status,
     wait_for_port,
     write_cli_config,
 )
@@ -84,6 +89,7 @@ class Deployment:
         self.nodes: dict[int, subprocess.Popen] = {}
         self.node_logs: dict[int, Path] = {}
         self.starts: dict[str, int] = {}
+        self.stopped = False
         self.cli_env = self.env("cli")
         write_cli_config(root / "home-cli", "deploy", self.link)
 
@@ -134,10 +140,15 @@ class Deployment:
         )
 
     def start(self) -> Deployment:
+        self.stopped = False
         self.start_superlink()
         for pid in range(self.num_nodes):
             self.start_node(pid)
         return self
+
+    def ensure_running(self) -> Deployment:
+        """Started, unless it runs already (a stopped deployment starts afresh)."""
+        return self.start() if self.superlink is None or self.stopped else self
 
     def signal_group(self, proc: subprocess.Popen, sig: int) -> None:
         """``sig`` to the session one of our processes leads (it and its ClientApps)."""
@@ -174,6 +185,7 @@ class Deployment:
 
     def stop(self) -> list[str]:
         """Stop every process this deployment started; return those that had to be killed late."""
+        self.stopped = True
         self.procs.stop()  # SIGTERM each group, SIGKILL a leader that does not exit in 15 s
         deadline = time.monotonic() + 20 * TIMEOUT_SCALE
         while time.monotonic() < deadline and (
@@ -210,6 +222,20 @@ class Deployment:
         match = re.search(r"Successfully started run (\d+)", text)
         assert out.returncode == 0 and match, text[-3000:] + "\n" + self.procs.logs()
         return int(match.group(1))
+
+    def run_streamed(self, run_config: str, app: str | Path = ".", timeout: float = 300) -> str:
+        """``flwr run APP deploy --stream``: asserts it exited 0 and the run finished
+        ``completed``; returns the CLI's output."""
+        out = run_flwr(
+            ["run", str(app), "deploy", "--stream", "--run-config", run_config],
+            self.cli_env,
+            timeout,
+        )
+        text = out.stdout + out.stderr
+        assert out.returncode == 0, text[-4000:]
+        status = run_status(text, self.cli_env, "deploy")
+        assert status == "finished:completed", f"{status}\n{text[-4000:]}\n{self.procs.logs()}"
+        return text
 
     def run_status(self, run_id: int) -> str:
         ls = run_flwr(

@@ -2,7 +2,9 @@
 
 Every message to a SuperNode starts a fresh ``flwr-clientapp`` process, so this
 also exercises the on-disk federation cache and the server's own pre-training
-(tiny) when ``checkpoint`` is empty.
+(tiny) when ``checkpoint`` is empty. The SuperLink and SuperNodes are the session's
+(``loopback_deployment``, conftest.py): that every process they started is stopped
+afterwards is checked where they stop (the fault tests, or the session's end).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import json
 import shutil
 
 import pytest
-from conftest import run_insecure_deployment
 
 pytestmark = [
     pytest.mark.slow,
@@ -22,7 +23,7 @@ pytestmark = [
 ]
 
 
-def test_loopback_deployment_two_supernodes(tmp_path, ray_tmp):
+def test_loopback_deployment_two_supernodes(tmp_path, loopback_deployment):
     results = tmp_path / "results.json"
     cache = tmp_path / "cache"
     run_config = (
@@ -32,8 +33,7 @@ def test_loopback_deployment_two_supernodes(tmp_path, ray_tmp):
         f'results-path="{results}" cache-dir="{cache}" node-wait-timeout=60.0 '
         "round-timeout=120.0"
     )
-    node_configs = [f"partition-id={pid} num-partitions=2" for pid in range(2)]
-    run_insecure_deployment(tmp_path, ray_tmp, run_config, node_configs, timeout=170)
+    loopback_deployment.run_streamed(run_config, timeout=170)  # partitions 0 and 1 of 2
     r = json.loads(results.read_text())
     assert r["clients"]["partition_ids"] == [0, 1]
     assert r["checkpoint"]["source"] == "pretrained"

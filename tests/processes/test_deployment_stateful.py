@@ -5,7 +5,9 @@ c_i survives between rounds only through the SuperNode's ``context.state``.
 Each client reports how many trainings its state has seen; the server
 records any node whose count falls short of what it was sent (a lost
 state), so an empty record over three rounds with both clients trained
-every round shows the state persisted.
+every round shows the state persisted. The SuperLink and SuperNodes are the
+session's (``loopback_deployment``, conftest.py): each run is a run series of its
+own, so no state reaches this run from an earlier one.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import json
 import shutil
 
 import pytest
-from conftest import run_insecure_deployment
 
 pytestmark = [
     pytest.mark.slow,
@@ -25,7 +26,7 @@ pytestmark = [
 ]
 
 
-def test_scaffold_client_state_survives_fresh_clientapp_processes(tmp_path, ray_tmp):
+def test_scaffold_client_state_survives_fresh_clientapp_processes(tmp_path, loopback_deployment):
     results = tmp_path / "results.json"
     cache = tmp_path / "cache"
     run_config = (
@@ -34,8 +35,7 @@ def test_scaffold_client_state_survives_fresh_clientapp_processes(tmp_path, ray_
         f'results-path="{results}" cache-dir="{cache}" node-wait-timeout=60.0 '
         "round-timeout=120.0"
     )
-    node_configs = [f"partition-id={pid} num-partitions=2" for pid in range(2)]
-    run_insecure_deployment(tmp_path, ray_tmp, run_config, node_configs, timeout=480)
+    loopback_deployment.run_streamed(run_config, timeout=480)  # partitions 0 and 1 of 2
     r = json.loads(results.read_text())
     assert r["clients"]["partition_ids"] == [0, 1]
     assert list(r["accuracy_per_round"]) == ["3"]  # scored once, after the three rounds

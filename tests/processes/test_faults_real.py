@@ -1,7 +1,8 @@
 """Faults with real processes (issue 39, item 5): one loopback deployment, broken four ways.
 
-A SuperLink (``--isolation subprocess``, state in ``state.db``) and two SuperNodes are
-started once for the module; each case runs tiny fedavg (or Ripple) runs on them and
+A SuperLink (``--isolation subprocess``, state in ``state.db``) and two SuperNodes, the
+session's loopback deployment (``loopback_deployment`` in conftest.py; the healthy deployment
+tests ran their runs on it before); each case runs tiny fedavg (or Ripple) runs on them and
 breaks one process:
 
 (a) a SuperNode killed mid-round and restarted: the round closes without it, the
@@ -27,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import tempfile
 import time
 from pathlib import Path
 
@@ -71,14 +71,15 @@ RECORDS: list[dict] = []
 
 
 @pytest.fixture(scope="module")
-def dep(tmp_path_factory):
-    ray_tmp = Path(tempfile.mkdtemp(prefix="rf-faults-", dir="/tmp"))
-    d = Deployment(tmp_path_factory.mktemp("faults"), ray_tmp, nodes=NODES)
+def dep(_loopback_deployment):
+    """The session's deployment; stopped after these cases in any case (a later test that
+    asks for it gets a fresh one)."""
+    d: Deployment = _loopback_deployment
+    assert d.num_nodes == NODES
     try:
-        yield d.start()
+        yield d.ensure_running()
     finally:
         d.stop()
-        shutil.rmtree(ray_tmp, ignore_errors=True)
         report()
 
 
