@@ -20,6 +20,10 @@ GCS: a short probe process connects to the cluster as a driver and reads the nod
 message) executed on both. The probe runs in its own process so that this pytest process
 never becomes a Ray driver.
 
+One cluster serves the module (``cluster``): the Flower simulation and then a sweep run on
+it, one after another, as they would on a user's cluster; the last test stops it and checks
+what is left.
+
 Stopping: each node is ``ray start ... --block`` in a session (process group) of its own,
 as every Flower process of the suite (``conftest.Processes``); SIGTERM to the group ends the
 node (``--block`` shuts its children down on exit) and anything left in the group gets
@@ -41,8 +45,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -60,6 +66,7 @@ from fault_deployment import group_alive, pids_with_env
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.xdist_group("flower-processes"),  # conftest.py: one deployment at a time
     pytest.mark.skipif(
         any(shutil.which(cmd) is None for cmd in ("ray", "flower-superlink", "flwr")),
         reason="ray / flower-superlink / flwr not installed (pip install 'flwr[simulation]')",
@@ -147,20 +154,68 @@ def _stop_all(procs: Processes, marker: str) -> list[str]:
     return late
 
 
-def test_simulation_on_two_node_ray_cluster(tmp_path, ray_tmp):
-    address_file = _ray_address_file()
-    address_before = address_file.read_text() if address_file.exists() else None
-    env_address_before = os.environ.get("RAY_ADDRESS")
-    temp_dir = ray_tmp / "r"  # ray start --temp-dir: sessions, logs, ray_current_cluster
-    marker = f"RAY_TMPDIR={ray_tmp}"
+@dataclass
+class Cluster:
+    """A head and one worker node, 1 CPU each, on 127.0.0.1 (``ray start ... --block``)."""
 
-    ray_port = free_port()
-    head_address = f"127.0.0.1:{ray_port}"
-    node_env = flower_env(tmp_path / "home-ray", ray_tmp)
+    head_address: str
+    node_env: dict[str, str]  # the nodes' environment, without RAY_ADDRESS
+    ray_tmp: Path  # RAY_TMPDIR of every process the module starts
+    temp_dir: Path  # ray start --temp-dir: sessions, logs, ray_current_cluster
+    procs: Processes  # the two nodes
+    address_before: str | None  # the file a bare ray.init() reads, before the cluster
+    env_address_before: str | None
+
+    @property
+    def marker(self) -> str:
+        return f"RAY_TMPDIR={self.ray_tmp}"
+
+
+def _start_cluster(root: Path, ray_tmp: Path, procs: Processes) -> tuple[str, dict[str, str]]:
+    head_address = f"127.0.0.1:{free_port()}"
+    node_env = flower_env(root / "home-ray", ray_tmp)
     node_env.pop("RAY_ADDRESS", None)
     common = ["--num-cpus", "1", "--num-gpus", "0", "--object-store-memory", str(200 * 2**20)]
     common += ["--disable-usage-stats", "--block"]
+    procs.start(
+        "ray-head",
+        ["ray", "start", "--head", "--port", head_address.rpartition(":")[2]]
+        + ["--temp-dir", str(ray_tmp / "r"), "--include-dashboard", "false"]
+        + ["--ray-client-server-port", str(free_port()), *common],
+        node_env,
+    )
+    _wait_for_log(procs, "ray-head", "Ray runtime started", 60)
+    procs.start("ray-worker", ["ray", "start", "--address", head_address, *common], node_env)
+    _wait_for_log(procs, "ray-worker", "Ray runtime started", 60)
+    return head_address, node_env
 
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """The module's two-node cluster; stopped (again, if the last test did) at the end."""
+    address_file = _ray_address_file()
+    address_before = address_file.read_text() if address_file.exists() else None
+    env_address_before = os.environ.get("RAY_ADDRESS")
+    root = tmp_path_factory.mktemp("ray-cluster")
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rf-ray-", dir="/tmp"))
+    procs = Processes(root)
+    try:
+        head_address, node_env = _start_cluster(root, ray_tmp, procs)
+        yield Cluster(
+            head_address,
+            node_env,
+            ray_tmp,
+            ray_tmp / "r",
+            procs,
+            address_before,
+            env_address_before,
+        )
+    finally:
+        _stop_all(procs, f"RAY_TMPDIR={ray_tmp}")
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_simulation_on_two_node_ray_cluster(tmp_path, cluster):
     results = tmp_path / "results.json"
     run_config = (
         'method="ripple" sampling="uniform" num-partitions=2 partition-size=60 aux-size=300 '
@@ -169,23 +224,11 @@ def test_simulation_on_two_node_ray_cluster(tmp_path, ray_tmp):
         f'results-path="{results}" cache-dir="{tmp_path / "cache"}" node-wait-timeout=60.0 '
         "round-timeout=120.0"
     )
-    procs = Processes(tmp_path)
-    late: list[str] = []
+    procs = Processes(tmp_path)  # the SuperLink (and what it starts) of this test
     try:
-        procs.start(
-            "ray-head",
-            ["ray", "start", "--head", "--port", str(ray_port), "--temp-dir", str(temp_dir)]
-            + ["--include-dashboard", "false", "--ray-client-server-port", str(free_port())]
-            + common,
-            node_env,
-        )
-        _wait_for_log(procs, "ray-head", "Ray runtime started", 60)
-        procs.start("ray-worker", ["ray", "start", "--address", head_address, *common], node_env)
-        _wait_for_log(procs, "ray-worker", "Ray runtime started", 60)
-
         link = free_port()
         home = tmp_path / "home-cli"
-        env = flower_env(home, ray_tmp, RAY_ADDRESS=head_address)
+        env = flower_env(home, cluster.ray_tmp, RAY_ADDRESS=cluster.head_address)
         write_cli_config(home, "cluster", link)
         procs.start(
             "superlink",
@@ -207,8 +250,8 @@ def test_simulation_on_two_node_ray_cluster(tmp_path, ray_tmp):
         assert status == "finished:completed", f"{status}\n{text[-4000:]}\n{procs.logs()}"
 
         probe = subprocess.run(
-            [sys.executable, "-c", PROBE, head_address],
-            env=node_env,
+            [sys.executable, "-c", PROBE, cluster.head_address],
+            env=cluster.node_env,
             capture_output=True,
             text=True,
             timeout=60 * TIMEOUT_SCALE,
@@ -217,8 +260,7 @@ def test_simulation_on_two_node_ray_cluster(tmp_path, ray_tmp):
         assert probe.returncode == 0 and lines, probe.stdout[-2000:] + probe.stderr[-3000:]
         state = json.loads(lines[-1].removeprefix("PROBE "))
     finally:
-        late = _stop_all(procs, marker)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        procs.stop()
 
     # The run: a results file only a finished ServerApp writes, with both clients in it.
     r = json.loads(results.read_text())
@@ -241,20 +283,17 @@ def test_simulation_on_two_node_ray_cluster(tmp_path, ray_tmp):
     # One call per message: the query round (2) and two training rounds (2 each) at least.
     assert sum(runs_per_node.values()) >= 6, runs_per_node
 
-    # Everything stopped, nothing left for a later ray.init() to attach to.
-    assert not late, f"still running after SIGTERM: {late}"
+    # This test's SuperLink stopped (the cluster's nodes: the last test).
     for name, proc, _ in procs.procs:
         assert proc.poll() is not None, f"{name} still running"
-    assert not temp_dir.exists()
-    assert (address_file.read_text() if address_file.exists() else None) == address_before
-    assert os.environ.get("RAY_ADDRESS") == env_address_before
 
 
 def test_a_sweep_runs_its_tasks_on_both_nodes_of_a_cluster_with_the_serial_results(
-    tmp_path, ray_tmp, monkeypatch
+    tmp_path, cluster, monkeypatch
 ):
     """ripple-sweep --ray-address on a two-node cluster: 4 tiny runs, tasks on both nodes,
-    every results file equal to the serial run's (timings and paths aside), all stopped."""
+    every results file equal to the serial run's (timings and paths aside); the cluster is
+    stopped by the next test."""
     from test_sweep import TINY, comparable, sets
 
     from ripple_flwr.experiments import sweep
@@ -264,35 +303,15 @@ def test_a_sweep_runs_its_tasks_on_both_nodes_of_a_cluster_with_the_serial_resul
     serial = tmp_path / "serial"
     assert sweep.main([*grid, "--out", str(serial), "--jobs", "1"]) == 0
 
-    temp_dir, marker = ray_tmp / "r", f"RAY_TMPDIR={ray_tmp}"
-    head_address = f"127.0.0.1:{free_port()}"
-    node_env = flower_env(tmp_path / "home-ray", ray_tmp)
-    node_env.pop("RAY_ADDRESS", None)
-    common = ["--num-cpus", "1", "--num-gpus", "0", "--object-store-memory", str(200 * 2**20)]
-    common += ["--disable-usage-stats", "--block"]
-    procs, out = Processes(tmp_path), tmp_path / "cluster"
-    try:
-        procs.start(
-            "ray-head",
-            ["ray", "start", "--head", "--port", head_address.rpartition(":")[2]]
-            + ["--temp-dir", str(temp_dir), "--include-dashboard", "false"]
-            + ["--ray-client-server-port", str(free_port()), *common],
-            node_env,
-        )
-        _wait_for_log(procs, "ray-head", "Ray runtime started", 60)
-        procs.start("ray-worker", ["ray", "start", "--address", head_address, *common], node_env)
-        _wait_for_log(procs, "ray-worker", "Ray runtime started", 60)
-        done = subprocess.run(
-            ["ripple-sweep", *grid, "--out", str(out), "--ray-address", head_address]
-            + ["--jobs", "2"],
-            env=node_env,
-            capture_output=True,
-            text=True,
-            timeout=300 * TIMEOUT_SCALE,
-        )
-    finally:
-        late = _stop_all(procs, marker)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    out = tmp_path / "cluster"
+    done = subprocess.run(
+        ["ripple-sweep", *grid, "--out", str(out), "--ray-address", cluster.head_address]
+        + ["--jobs", "2"],
+        env=cluster.node_env,
+        capture_output=True,
+        text=True,
+        timeout=300 * TIMEOUT_SCALE,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     line = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(line["ran"]) == 4 and not line["failed"]
@@ -301,6 +320,18 @@ def test_a_sweep_runs_its_tasks_on_both_nodes_of_a_cluster_with_the_serial_resul
     for path in sorted(serial.glob("method-*.json")):
         there = json.loads((out / path.name).read_text())
         assert comparable(there) == comparable(json.loads(path.read_text())), path.name
+
+
+def test_every_process_the_cluster_ran_is_stopped_and_nothing_is_left(cluster):
+    """Both nodes stop on SIGTERM; no process of the module is left; nothing is left for a
+    later bare ``ray.init()`` to attach to."""
+    late = _stop_all(cluster.procs, cluster.marker)
+    shutil.rmtree(cluster.temp_dir, ignore_errors=True)
     assert not late, f"still running after SIGTERM: {late}"
-    for name, proc, _ in procs.procs:
+    for name, proc, _ in cluster.procs.procs:
         assert proc.poll() is not None, f"{name} still running"
+    assert not pids_with_env(cluster.marker)
+    assert not cluster.temp_dir.exists()
+    address_file = _ray_address_file()
+    assert (address_file.read_text() if address_file.exists() else None) == cluster.address_before
+    assert os.environ.get("RAY_ADDRESS") == cluster.env_address_before
