@@ -84,6 +84,16 @@ def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("ripple-cache")
 
 
+@pytest.fixture(scope="session")
+def deployment_router_cache(tmp_path_factory) -> Path:
+    """A ``cache-dir`` for the real-process runs that pre-train the same tiny GMM-VAE in their
+    ServerApp (mnist-5k, aux 300, K 4, 200 synthetic clients of 40, 60 steps, seed 0): the
+    first such run of the session pre-trains it, the others read it from the cache (the same
+    file bit for bit, ``setup.resolve_checkpoint``). The loopback test keeps a cache of its
+    own: it checks that the ServerApp pre-trains."""
+    return tmp_path_factory.mktemp("deployment-cache")
+
+
 def tiny_pretrain_settings(tmp: Path, **over: Any):
     """The one tiny pre-training budget of the suite (K=4, aux 300, 600 synthetic clients)."""
     from ripple_flwr.router.pretrain import PretrainSettings

@@ -100,7 +100,7 @@ def wait_exit(proc, timeout: float) -> int | None:
     return None
 
 
-def test_tls_and_supernode_auth_run_and_refusals(tmp_path, ray_tmp):
+def test_tls_and_supernode_auth_run_and_refusals(tmp_path, ray_tmp, deployment_router_cache):
     certs, keys = tmp_path / "certs", tmp_path / "keys"
     make_certificates(certs)
     keys.mkdir()
@@ -113,8 +113,8 @@ def test_tls_and_supernode_auth_run_and_refusals(tmp_path, ray_tmp):
         'method="ripple" sampling="uniform" num-partitions=2 partition-size=60 aux-size=300 '
         "num-components=4 clients-per-round=2 num-server-rounds=1 eval-every=1 batch-size=16 "
         "pretrain-bank-size=200 pretrain-steps=60 pretrain-client-size=40 "
-        f'results-path="{results}" cache-dir="{tmp_path / "cache"}" node-wait-timeout=60.0 '
-        "round-timeout=120.0"
+        f'results-path="{results}" cache-dir="{deployment_router_cache}" '
+        "node-wait-timeout=60.0 round-timeout=120.0"
     )
     procs = Processes(tmp_path)
     try:

@@ -215,14 +215,14 @@ def cluster(tmp_path_factory):
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def test_simulation_on_two_node_ray_cluster(tmp_path, cluster):
+def test_simulation_on_two_node_ray_cluster(tmp_path, cluster, deployment_router_cache):
     results = tmp_path / "results.json"
     run_config = (
         'method="ripple" sampling="uniform" num-partitions=2 partition-size=60 aux-size=300 '
         "num-components=4 clients-per-round=2 num-server-rounds=2 eval-every=2 batch-size=16 "
         "pretrain-bank-size=200 pretrain-steps=60 pretrain-client-size=40 "
-        f'results-path="{results}" cache-dir="{tmp_path / "cache"}" node-wait-timeout=60.0 '
-        "round-timeout=120.0"
+        f'results-path="{results}" cache-dir="{deployment_router_cache}" '
+        "node-wait-timeout=60.0 round-timeout=120.0"
     )
     procs = Processes(tmp_path)  # the SuperLink (and what it starts) of this test
     try:
