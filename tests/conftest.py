@@ -400,22 +400,23 @@ def run_insecure_deployment(
     return procs
 
 
-def run_simulation(
-    tmp_path: Path,
-    ray_tmp: Path,
-    run_config: str,
-    num_supernodes: int,
-    timeout: float = 300,
-    **env_extra: str,
-) -> None:
-    """``flwr run . sim`` against a local simulation SuperLink; asserts the run ``completed``."""
-    port = free_port()
-    home = tmp_path / "flwr-home"
-    env = flower_env(home, ray_tmp, **env_extra)
-    write_cli_config(home, "sim", port)
-    procs = Processes(tmp_path)
-    try:
-        procs.start(
+class SimulationLink:
+    """A local simulation SuperLink (``--simulation --isolation subprocess``) that takes
+    ``flwr run . sim`` submissions one after another, as a user's local SuperLink does.
+
+    Its environment (``env_extra``: e.g. ``TORCH_HOME``) is the runs' environment: the
+    simulation and its Ray workers are its children."""
+
+    def __init__(self, root: Path, ray_tmp: Path, **env_extra: str) -> None:
+        self.root = root
+        self.port = free_port()
+        home = root / "flwr-home"
+        self.env = flower_env(home, ray_tmp, **env_extra)
+        write_cli_config(home, "sim", self.port)
+        self.procs = Processes(root)
+
+    def start(self) -> SimulationLink:
+        self.procs.start(
             "superlink",
             [
                 "flower-superlink",
@@ -426,13 +427,17 @@ def run_simulation(
                 "--host",
                 "127.0.0.1",
                 "--port",
-                str(port),
+                str(self.port),
                 "--database",
-                str(tmp_path / "state.db"),
+                str(self.root / "state.db"),
             ],
-            env,
+            self.env,
         )
-        wait_for_port(port, 60, procs)
+        wait_for_port(self.port, 60, self.procs)
+        return self
+
+    def run(self, run_config: str, num_supernodes: int, timeout: float = 300) -> None:
+        """``flwr run . sim --stream`` with ``num_supernodes``; asserts the run ``completed``."""
         out = run_flwr(
             [
                 "run",
@@ -444,15 +449,33 @@ def run_simulation(
                 "--federation-config",
                 f"num-supernodes={num_supernodes} client-resources-num-cpus=1",
             ],
-            env,
+            self.env,
             timeout=timeout,
         )
         text = out.stdout + out.stderr
         assert out.returncode == 0, text[-4000:]
-        status = run_status(text, env, "sim")
-        assert status == "finished:completed", f"{status}\n{text[-4000:]}\n{procs.logs()}"
+        status = run_status(text, self.env, "sim")
+        assert status == "finished:completed", f"{status}\n{text[-4000:]}\n{self.procs.logs()}"
+
+    def stop(self) -> None:
+        self.procs.stop()
+
+
+def run_simulation(
+    tmp_path: Path,
+    ray_tmp: Path,
+    run_config: str,
+    num_supernodes: int,
+    timeout: float = 300,
+    **env_extra: str,
+) -> None:
+    """``flwr run . sim`` against a local simulation SuperLink of its own; asserts the run
+    ``completed``."""
+    link = SimulationLink(tmp_path, ray_tmp, **env_extra)
+    try:
+        link.start().run(run_config, num_supernodes, timeout)
     finally:
-        procs.stop()
+        link.stop()
 
 
 def run_status(output: str, env: dict[str, str], federation: str) -> str:

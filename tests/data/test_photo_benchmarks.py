@@ -190,11 +190,27 @@ FLWR_RUN = {
 }
 
 
-@pytest.mark.skipif(shutil.which("flwr") is None, reason="flwr CLI not installed")
-@pytest.mark.parametrize("dataset", sorted(FLWR_RUN))
-def test_flwr_run_photo_sets(dataset, photo_root, tmp_path, ray_tmp):
-    from conftest import run_simulation
+@pytest.fixture(scope="module")
+def photo_sim_link(photo_root):
+    """One simulation SuperLink for both photo sets' runs; ``TORCH_HOME`` (the weights file)
+    must be in its environment, which its simulations and their Ray workers inherit."""
+    import tempfile
 
+    from conftest import SimulationLink
+
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rf-ray-", dir="/tmp"))  # short: AF_UNIX paths
+    link = SimulationLink(photo_root / "sim-link", ray_tmp, TORCH_HOME=str(photo_root / "torch"))
+    try:
+        yield link.start()
+    finally:
+        link.stop()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.mark.skipif(shutil.which("flwr") is None, reason="flwr CLI not installed")
+@pytest.mark.xdist_group("flower-processes")  # conftest.py: one deployment at a time
+@pytest.mark.parametrize("dataset", sorted(FLWR_RUN))
+def test_flwr_run_photo_sets(dataset, photo_root, tmp_path, photo_sim_link):
     results = tmp_path / "results.json"
     extra, nodes, shape = FLWR_RUN[dataset]
     run_config = (
@@ -204,9 +220,7 @@ def test_flwr_run_photo_sets(dataset, photo_root, tmp_path, ray_tmp):
         f'results-path="{results}" cache-dir="{tmp_path / "cache"}" node-wait-timeout=60.0 '
         "round-timeout=300.0"
     )
-    run_simulation(
-        tmp_path, ray_tmp, run_config, nodes, timeout=400, TORCH_HOME=str(photo_root / "torch")
-    )
+    photo_sim_link.run(run_config, nodes, timeout=400)
     r = json.loads(results.read_text())
     assert r["federation"]["dataset"] == dataset
     assert r["federation"]["image_shape"] == shape

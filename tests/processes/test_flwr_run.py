@@ -1,15 +1,21 @@
-"""End to end: a real `flwr run .` simulation (own SuperLink, Ray) on a tiny config."""
+"""End to end: real `flwr run .` simulations (a local SuperLink, Ray) on tiny configs.
+
+Both runs are submitted to one simulation SuperLink (``sim_link``), as a user's local
+SuperLink takes one run after another; each run starts its own Ray."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
-from conftest import run_simulation
+from conftest import SimulationLink
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.xdist_group("flower-processes"),  # conftest.py: one deployment at a time
     pytest.mark.skipif(
         shutil.which("flower-superlink") is None or shutil.which("flwr") is None,
         reason="flower-superlink / flwr not installed (pip install 'flwr[simulation]')",
@@ -17,7 +23,18 @@ pytestmark = [
 ]
 
 
-def test_flwr_run_simulation_end_to_end(tmp_path, tiny_checkpoint, ray_tmp):
+@pytest.fixture(scope="module")
+def sim_link(tmp_path_factory):
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rf-ray-", dir="/tmp"))  # short: AF_UNIX paths
+    link = SimulationLink(tmp_path_factory.mktemp("sim-link"), ray_tmp)
+    try:
+        yield link.start()
+    finally:
+        link.stop()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_flwr_run_simulation_end_to_end(tmp_path, tiny_checkpoint, sim_link):
     results = tmp_path / "results.json"
     run_config = (
         f'method="ripple" num-partitions=4 partition-size=60 aux-size=300 num-components=4 '
@@ -25,7 +42,7 @@ def test_flwr_run_simulation_end_to_end(tmp_path, tiny_checkpoint, ray_tmp):
         f'checkpoint="{tiny_checkpoint}" results-path="{results}" '
         f'cache-dir="{tmp_path / "cache"}" node-wait-timeout=60.0 round-timeout=120.0'
     )
-    run_simulation(tmp_path, ray_tmp, run_config, 4, timeout=170)
+    sim_link.run(run_config, 4, timeout=170)
     r = json.loads(results.read_text())
     assert r["settings"]["method"] == "ripple" and r["settings"]["num-partitions"] == 4
     assert r["clients"]["partition_ids"] == [0, 1, 2, 3]
@@ -35,7 +52,7 @@ def test_flwr_run_simulation_end_to_end(tmp_path, tiny_checkpoint, ray_tmp):
     assert results.with_suffix(".png").is_file()
 
 
-def test_flwr_run_flux_describes_clusters_and_onboards_through_flower(tmp_path, ray_tmp):
+def test_flwr_run_flux_describes_clusters_and_onboards_through_flower(tmp_path, sim_link):
     """FLUX's ``query.describe`` messages go through Flower's own runtime (Ray, a SuperLink)."""
     results = tmp_path / "flux.json"
     run_config = (
@@ -45,7 +62,7 @@ def test_flwr_run_flux_describes_clusters_and_onboards_through_flower(tmp_path, 
         f'results-path="{results}" cache-dir="{tmp_path / "cache"}" '
         f"node-wait-timeout=60.0 round-timeout=120.0"
     )
-    run_simulation(tmp_path, ray_tmp, run_config, 5, timeout=170)
+    sim_link.run(run_config, 5, timeout=170)
     r = json.loads(results.read_text())
     first = r["flux"]["descriptor_rounds"][0]
     assert r["flux"]["clustered_at"] == 2 and first["answered"] == 4 and not first["rejected"]
