@@ -6,22 +6,27 @@ two clients whose label 3 means different things hold different images under it.
 module is the arithmetic of Ripple's class-conditional summary (issue 60):
 
 - **The client's block** (:func:`label_block`): for every label it holds at least
-  ``min_count`` training images of, the count and the mean image; rarer labels send zeros
-  (count 0: *masked*, never read as a zero mean). Layout ``C`` counts then ``C x D`` means.
+  ``min_count`` training images of, the count, the mean over pixels of those images'
+  variance and their mean image; rarer labels send zeros (count 0: *masked*, never read as
+  a zero mean). Layout: ``C`` counts, ``C`` variances, then ``C x D`` means. Under label DP
+  the block is of clipped images and noised before it leaves the client.
 - **Reading blocks** (:func:`read_blocks`): every field converted and checked, one reason
-  per client that is not usable (no label kept, counts that are not whole, a count below
-  the minimum, a mean sent for a masked label, counts above the client's own size, a mean
-  outside the images' range). An unusable block never reaches the clustering.
-- **Concepts** (:func:`find_concepts`): the distance between two clients is the mean
-  squared pixel difference of their means over the labels *both* keep; pairs that share no
-  label get the shortest path through pairs that do. The number of concepts ``G`` follows
-  Ripple-HDB's rule when it is not given: HDBSCAN over those distances (one cluster
-  allowed: a federation without concept shift gives ``G = 1``). Masked k-means then
-  refines the groups into templates, the count-weighted mean of each label's means over
-  the group's clients (:func:`templates`).
-- **Unmixing** (:func:`unmix`): a client's concept weights are the non-negative least
-  squares of its kept labels' means on the templates' means of the same labels,
-  normalised to sum 1; a client with no label every template defines gets ``1/G``.
+  per client that is not usable (NaN, counts that are not whole, a count below the minimum,
+  a mean sent for a masked label, counts above the client's own size, a mean or variance
+  outside its range, no label kept). An unusable block never reaches the clustering.
+- **Concepts** (:func:`find_concepts`): the distance between two clients is the squared
+  difference of their means over the labels *both* keep, divided by what sampling (and the
+  privacy noise) alone would give (:func:`standardized_distances`); pairs that share no
+  label get the shortest path through pairs that do. The number of concepts ``G`` is given,
+  or follows Ripple-HDB's rule: HDBSCAN's leaf clusters over those distances, masked
+  k-means, then groups merged and split (:func:`settle`) until every pair of templates
+  differs by more than :data:`MERGE_Z`, at most :data:`MAX_CONCEPTS`; a federation without
+  concept shift gives ``G = 1``. The templates are the count-weighted mean of each label's
+  means over a group's clients (:func:`templates`).
+- **Unmixing** (:func:`unmix`, :func:`place`): a client's concept weights are the
+  non-negative least squares of its kept labels' means on the templates' means of the same
+  labels, normalised to sum 1; a client that shares no label with any template gets
+  ``1/G``.
 
 Nothing here reads a client's or an image's true concept.
 """
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -45,14 +51,33 @@ def block_size(num_classes: int, d: int) -> int:
     return int(num_classes) * (2 + int(d))
 
 
+class BlockRelease(Protocol):
+    """A private release of the block (label DP: ``ripple_flwr.privacy.label_means``)."""
+
+    def clip_images(self, images: np.ndarray) -> np.ndarray: ...
+
+    def release(
+        self, block: np.ndarray, num_classes: int, rng: np.random.Generator
+    ) -> np.ndarray: ...
+
+
 def label_block(
-    images: np.ndarray, labels: np.ndarray, num_classes: int, min_count: int
+    images: np.ndarray,
+    labels: np.ndarray,
+    num_classes: int,
+    min_count: int,
+    release: BlockRelease | None = None,
 ) -> np.ndarray:
     """A client's class-conditional summary, flattened (float32): for each label, its count,
     the mean over pixels of its images' variance, then its mean image.
 
     A label with fewer than ``min_count`` images sends count 0, variance 0 and a zero mean.
+    With ``release`` (label DP) the block is of the clipped images and noised with a
+    generator from the OS: the noise must stay secret, so no seed the server knows.
     """
+    if release is not None:
+        clean = label_block(release.clip_images(images), labels, num_classes, min_count)
+        return release.release(clean, num_classes, np.random.default_rng())
     x = np.asarray(images, dtype=np.float64).reshape(len(images), -1)
     y = np.asarray(labels, dtype=np.int64).reshape(-1)
     if len(x) != len(y):
@@ -335,6 +360,30 @@ def _at_most(stacks: LabelStacks, groups: np.ndarray, cap: int) -> np.ndarray:
     return _kmeans(stacks, start)
 
 
+def _best_kmeans(
+    stacks: LabelStacks,
+    dist: np.ndarray,
+    g: int,
+    rng: np.random.Generator,
+    restarts: int,
+    min_size: int = 0,
+) -> np.ndarray | None:
+    """Masked k-means from ``restarts`` k-means++ seedings into ``g`` groups: the one of least
+    total distance of each client to its template. With ``min_size``, a result with fewer
+    than two groups or a group below it does not count (``None``: none did)."""
+    best, best_cost = None, np.inf
+    for _ in range(restarts):
+        cand = _kmeans(stacks, _seeded_groups(dist, g, rng))
+        if min_size and (cand.max() < 1 or np.bincount(cand).min() < min_size):
+            continue
+        d = template_distances(stacks, templates(stacks, cand, int(cand.max()) + 1))
+        own = d[np.arange(len(cand)), cand]
+        cost = float(own[np.isfinite(own)].sum())
+        if cost < best_cost:
+            best, best_cost = cand, cost
+    return best
+
+
 def split_distinct(
     stacks: LabelStacks,
     groups: np.ndarray,
@@ -351,16 +400,8 @@ def split_distinct(
         rows = np.flatnonzero(groups == g)
         if len(rows) < 2 * min_cluster_size:
             continue
-        sub, best, best_cost = stacks.select(rows), None, np.inf
-        for _ in range(restarts):
-            cand = _kmeans(sub, _seeded_groups(dist[np.ix_(rows, rows)], 2, rng))
-            if cand.max() < 1 or np.bincount(cand).min() < min_cluster_size:
-                continue
-            d = template_distances(sub, templates(sub, cand, 2))
-            own = d[np.arange(len(rows)), cand]
-            cost = float(own[np.isfinite(own)].sum())
-            if cost < best_cost:
-                best, best_cost = cand, cost
+        sub = stacks.select(rows)
+        best = _best_kmeans(sub, dist[np.ix_(rows, rows)], 2, rng, restarts, min_cluster_size)
         if best is None:
             continue
         z = standardized_distances(templates(sub, best, 2))[0, 1]
@@ -431,14 +472,7 @@ def find_concepts(
         rule = "hdbscan"
     else:
         g = max(1, min(int(g), n))
-        groups, best_cost = np.zeros(n, dtype=np.int64), np.inf
-        for _ in range(restarts if g > 1 else 1):
-            cand = _kmeans(part, _seeded_groups(dist, g, rng))
-            d = template_distances(part, templates(part, cand, int(cand.max()) + 1))
-            own = d[np.arange(n), cand]
-            cost = float(own[np.isfinite(own)].sum())
-            if cost < best_cost:
-                groups, best_cost = cand, cost
+        groups = _best_kmeans(part, dist, g, rng, restarts if g > 1 else 1)
         rule = "given"
     groups_all = np.zeros(len(stacks), dtype=np.int64)
     groups_all[usable] = groups
@@ -505,6 +539,27 @@ def unmix(stacks: LabelStacks, concepts: Concepts) -> tuple[np.ndarray, list[str
         w[i] = 0.0
         w[i, cand] = x / x.sum()
     return w, reasons
+
+
+def place(
+    blocks: np.ndarray,
+    concepts: Concepts | None,
+    num_classes: int,
+    d: int,
+    min_count: int,
+    sizes: np.ndarray | None = None,
+    noise_sd: NoiseSD | None = None,
+) -> tuple[np.ndarray, list[str | None]]:
+    """(N, G) concept weights of clients' blocks (:func:`read_blocks`, then :func:`unmix`),
+    and why a client got ``1/G`` (its block unusable, or no mix of the concepts); without
+    concepts, every client's weight is 1 on the one concept."""
+    stacks, reasons = read_blocks(blocks, num_classes, d, min_count, sizes, noise_sd=noise_sd)
+    if concepts is None:
+        return np.ones((len(stacks), 1)), reasons
+    w, why = unmix(stacks, concepts)
+    out = [r if r is not None else y for r, y in zip(reasons, why, strict=True)]
+    w[[i for i, r in enumerate(out) if r is not None]] = 1.0 / concepts.num_concepts
+    return w, out
 
 
 def combine(concept_w: np.ndarray, label_free_w: np.ndarray) -> np.ndarray:

@@ -41,6 +41,20 @@ class LabelMechanism:
     def __post_init__(self) -> None:
         check_dp_params(self.epsilon, self.delta, self.clip)
 
+    @classmethod
+    def of(
+        cls, epsilon: float, delta: float, clip: float, image_shape: tuple[int, ...]
+    ) -> LabelMechanism | None:
+        """The run's release from its keys: ``None`` when ``epsilon`` is 0 (off); a ``clip``
+        of 0 is :func:`default_clip` (nothing clipped)."""
+        if not epsilon:
+            return None
+        return cls(float(epsilon), float(delta), float(clip) or default_clip(image_shape))
+
+    def clip_images(self, images: np.ndarray) -> np.ndarray:
+        """Each image scaled to an L2 norm of at most :attr:`clip`."""
+        return clip_images(images, self.clip)
+
     def sigmas(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Noise sds ``(mean's pixels, variance)`` for labels of these counts (0 where 0)."""
         n = np.asarray(counts, dtype=np.float64)

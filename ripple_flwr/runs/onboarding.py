@@ -26,8 +26,7 @@ from ripple_flwr.aggregation.concepts import (
     LabelStacks,
     combine,
     label_block,
-    read_blocks,
-    unmix,
+    place,
 )
 from ripple_flwr.aggregation.descriptors import (
     BlockScaler,
@@ -40,7 +39,7 @@ from ripple_flwr.aggregation.descriptors import (
 from ripple_flwr.aggregation.hdb import collapse_weights
 from ripple_flwr.aggregation.mixing import mix_model, mix_stacked, unstack
 from ripple_flwr.io.torch_files import load_weights_only
-from ripple_flwr.privacy.label_means import LabelMechanism, clip_images, default_clip
+from ripple_flwr.privacy.label_means import LabelMechanism
 from ripple_flwr.router.checkpoint import load_checkpoint
 from ripple_flwr.router.pretrain import resolve_device
 from ripple_flwr.runs.saved_runs import SavedRun, file_sha256, load_run
@@ -250,10 +249,7 @@ class Onboarder:
         if len(y) and not 0 <= y.min() <= y.max() < self.run.num_classes:
             raise ValueError(f"labels must lie in [0, {self.run.num_classes}) (the run's classes)")
         count = int(np.ravel(self.run.concepts["min_label_count"])[0])
-        if self.label_dp is None:
-            return label_block(x, y, self.run.num_classes, count)
-        block = label_block(clip_images(x, self.label_dp.clip), y, self.run.num_classes, count)
-        return self.label_dp.release(block, self.run.num_classes, np.random.default_rng())
+        return label_block(x, y, self.run.num_classes, count, self.label_dp)
 
     def concept_weights(self, blocks: list[np.ndarray | None]) -> tuple[np.ndarray, list]:
         """(B, G) concept weights of these per-label blocks; a client without one (no labels)
@@ -271,14 +267,12 @@ class Onboarder:
             c, d = self.run.num_classes, int(np.prod(self.run.image_shape))
             count = int(np.ravel(self.run.concepts["min_label_count"])[0])
             noise = None if self.label_dp is None else self.label_dp.sigmas
-            stacks, bad = read_blocks(
-                np.stack([blocks[i] for i in rows]), c, d, count, noise_sd=noise
+            got, why = place(
+                np.stack([blocks[i] for i in rows]), self.concepts, c, d, count, noise_sd=noise
             )
-            got, why = unmix(stacks, self.concepts)
             for j, i in enumerate(rows):
-                reason = bad[j] or why[j]
-                w[i] = 1.0 / g if reason else got[j]
-                reasons[i] = None if reason is None else f"{reason}: concept weights 1/G"
+                w[i] = got[j]
+                reasons[i] = None if why[j] is None else f"{why[j]}: concept weights 1/G"
         return w, reasons
 
     # -- server side ------------------------------------------------------------------
@@ -400,11 +394,15 @@ class Onboarder:
 
 def label_dp_of(run: SavedRun) -> LabelMechanism | None:
     """A class-conditional run's per-label DP release, from its saved settings."""
-    eps = float(run.settings.get("label-dp-epsilon") or 0.0)
-    if run.concepts is None or not eps:
+    if run.concepts is None:
         return None
-    clip = float(run.settings.get("label-dp-clip") or 0.0) or default_clip(run.image_shape)
-    return LabelMechanism(eps, float(run.settings.get("label-dp-delta", 1e-5)), clip)
+    keys = run.settings
+    return LabelMechanism.of(
+        float(keys.get("label-dp-epsilon") or 0.0),
+        float(keys.get("label-dp-delta", 1e-5)),
+        float(keys.get("label-dp-clip") or 0.0),
+        run.image_shape,
+    )
 
 
 def save_model(path: str | Path, onboarding: Onboarding, run: SavedRun) -> Path:

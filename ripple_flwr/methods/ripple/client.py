@@ -21,7 +21,7 @@ from ripple_flwr.methods.ripple.spec import (
     LABEL_DP_EPSILON,
     MIN_LABEL_COUNT,
 )
-from ripple_flwr.privacy.label_means import LabelMechanism, clip_images, default_clip
+from ripple_flwr.privacy.label_means import LabelMechanism
 from ripple_flwr.router.run_embedding import embedder_key, run_embedder
 from ripple_flwr.settings import RunSettings
 from ripple_flwr.wst.embedder import SpectralEmbedder
@@ -48,20 +48,18 @@ def label_free(settings: RunSettings, images: np.ndarray, image_shape: tuple) ->
 
 def label_mechanism(settings: RunSettings, image_shape: tuple) -> LabelMechanism | None:
     """The run's per-label DP release (``None``: ``label-dp-epsilon`` 0, off)."""
-    eps = LABEL_DP_EPSILON.of(settings)
-    if not eps:
-        return None
-    clip = LABEL_DP_CLIP.of(settings) or default_clip(image_shape)
-    return LabelMechanism(float(eps), float(LABEL_DP_DELTA.of(settings)), float(clip))
+    return LabelMechanism.of(
+        LABEL_DP_EPSILON.of(settings),
+        LABEL_DP_DELTA.of(settings),
+        LABEL_DP_CLIP.of(settings),
+        image_shape,
+    )
 
 
 def summary(settings: RunSettings, data: ClientDataView) -> np.ndarray:
     """The label-free summary of every image, then the per-label block of the training split
     (with label DP: of the clipped images, noised with a secret generator)."""
     mech = label_mechanism(settings, data.image_shape)
-    x = data.x_train if mech is None else clip_images(data.x_train, mech.clip)
-    block = label_block(x, data.y_train, data.num_classes, MIN_LABEL_COUNT.of(settings))
-    if mech is not None:
-        # The noise must be secret: a generator from the OS, never a seed the server knows.
-        block = mech.release(block, data.num_classes, np.random.default_rng())
+    count = MIN_LABEL_COUNT.of(settings)
+    block = label_block(data.x_train, data.y_train, data.num_classes, count, mech)
     return np.concatenate([label_free(settings, data.images, data.image_shape), block])

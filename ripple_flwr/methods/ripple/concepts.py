@@ -23,8 +23,8 @@ from ripple_flwr.aggregation.concepts import (
     LabelStacks,
     block_size,
     find_concepts,
+    place,
     read_blocks,
-    unmix,
 )
 from ripple_flwr.methods.ripple.client import label_mechanism
 from ripple_flwr.methods.ripple.spec import CONCEPTS, MIN_LABEL_COUNT
@@ -135,13 +135,15 @@ class ConceptStep:
 
     def weights(self, blocks: np.ndarray, sizes: Any) -> tuple[np.ndarray, list[str | None]]:
         """(N, G) concept weights of these clients, and why a client got ``1/G``."""
-        stacks, reasons = self.read(blocks, sizes)
-        if self.concepts is None:
-            return np.ones((len(stacks), 1)), reasons
-        w, why = unmix(stacks, self.concepts)
-        out = [r if r is not None else y for r, y in zip(reasons, why, strict=True)]
-        w[[i for i, r in enumerate(out) if r is not None]] = 1.0 / self.num_concepts
-        return w, out
+        return place(
+            blocks,
+            self.concepts,
+            self.num_classes,
+            self.d,
+            self.min_count,
+            np.asarray(sizes, dtype=float),
+            noise_sd=None if self.mechanism is None else self.mechanism.sigmas,
+        )
 
     # -- saved state --------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
