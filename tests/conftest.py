@@ -186,8 +186,9 @@ def flower_env(home: Path, ray_tmp: Path | None = None, **extra: str) -> dict[st
             "OMP_WAIT_POLICY": "PASSIVE",
             # Each SuperExec (the SuperLink's, every SuperNode's) asks for a new task, a ServerApp
             # or a ClientApp to start, once a second by default: on average half a second lost
-            # per message. A quarter second costs a few requests a second on the loopback.
-            "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.25",
+            # per message. Every 0.5 s halves that; an idle SuperLink with two SuperNodes then
+            # takes 4 % of a core instead of 3 % (every 0.25 s: 7 %, more than it saves).
+            "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.5",
             **extra,
         }
     )
