@@ -31,7 +31,6 @@ from ripple_flwr.runs.outputs import (
 )
 from ripple_flwr.settings import ConfigError, RunSettings
 from ripple_flwr.training.models import build_model, get_state
-from ripple_flwr.training.pretrained import load_imagenet_weights
 from ripple_flwr.wst.shapes import embedding_dim
 
 log = logging.getLogger("flwr.ripple")
@@ -131,6 +130,9 @@ def initial_state(
             pretrained=settings.training.pretrained,
         )
     if settings.training.pretrained:
+        # Imported here: torchvision (~1 s) only for the runs that use its ResNet-18.
+        from ripple_flwr.training.pretrained import load_imagenet_weights
+
         load_imagenet_weights(model, settings.training.pretrained_weights or None)
     return get_state(model)
 
@@ -142,7 +144,7 @@ def pretrained_report(settings: RunSettings) -> dict[str, Any] | None:
     """
     if not settings.training.pretrained:
         return None
-    from ripple_flwr.training.pretrained import PretrainedWeightsError
+    from ripple_flwr.training.pretrained import PretrainedWeightsError, load_imagenet_weights
 
     model = build_model(settings.training.model, (3, 64, 64), 2, pretrained=True)
     try:
