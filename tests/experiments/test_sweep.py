@@ -150,11 +150,27 @@ def serial_runs(tmp_path_factory):
     return {p.name: json.loads(p.read_text()) for p in sorted(out.glob("method-*.json"))}
 
 
+@pytest.fixture
+def local_ray_tmp():
+    """A short temp folder for this process's local Ray (AF_UNIX paths), removed afterwards.
+
+    Not conftest's ``ray_tmp``: that one puts a test in the "flower-processes" group, which
+    runs one after another the tests that start Flower processes (ports, cores, timeouts);
+    this test starts none, only a Ray of its own (its temp folder, its ports), so it may run
+    beside them on another worker."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="rf-ray-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.slow
 def test_a_run_gives_the_same_results_file_serially_and_as_a_local_ray_task(
-    serial_runs, tmp_path, capsys, ray_tmp, monkeypatch
+    serial_runs, tmp_path, capsys, local_ray_tmp, monkeypatch
 ):
-    monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
+    monkeypatch.setenv("RAY_TMPDIR", str(local_ray_tmp))
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     argv = ["--grid", "method=fedavg,ifca,local", *sets(TINY), "--out", str(tmp_path)]
     code, line = run_sweep([*argv, "--jobs", "2"], capsys)
