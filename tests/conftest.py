@@ -268,12 +268,12 @@ class Processes:
         self.log_dir = log_dir
         self.procs: list[tuple[str, Any]] = []
 
-    def start(self, name: str, cmd: list[str], env: dict[str, str]):
+    def start(self, name: str, cmd: list[str], env: dict[str, str], cwd: Path | None = None):
         import subprocess
 
         log = open(self.log_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
         proc = subprocess.Popen(
-            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         self.procs.append((name, proc, log))
         return proc

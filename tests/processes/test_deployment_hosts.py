@@ -231,15 +231,24 @@ def test_superlink_and_supernodes_on_separate_hosts(tmp_path, ray_tmp, hosts):
         unregistered = supernode("supernode-unregistered", rogue, 0, NODE_PORTS[2])
         for i, key in enumerate(node_keys):
             supernode(f"supernode-{i}", key, i, NODE_PORTS[i])
+        # The run is submitted at once and goes on while the refusal is checked (the refused
+        # node cannot join it; the run waits for the two registered ones).
+        cli_run = procs.start(
+            "flwr-run",
+            hosts.cmd(hosts.nodes, [shutil.which("flwr") or "flwr", "run", ".", "deploy",
+                                    "--stream", "--run-config", run_config]),
+            env,
+            cwd=ROOT,
+        )  # fmt: skip
         assert wait_exit(unregistered, 60) not in (None, 0), procs.logs()
         log = (tmp_path / "supernode-unregistered.log").read_text(errors="replace")
         assert "Failed to activate SuperNode" in log and "SuperNode ID" not in log, log
         link_log = (tmp_path / "superlink.log").read_text(errors="replace")
         assert "No SuperNode found with the given public key" in link_log
 
-        out = flwr(["run", ".", "deploy", "--stream", "--run-config", run_config], 180)
-        text = out.stdout + out.stderr
-        assert out.returncode == 0, text[-4000:]
+        code = wait_exit(cli_run, 180)  # x TIMEOUT_SCALE
+        text = (tmp_path / "flwr-run.log").read_text(errors="replace")
+        assert code == 0, text[-4000:]
         run_id = text.split("Successfully started run ")[1].split()[0]
         ls = flwr(["ls", "deploy", "--run-id", run_id, "--format", "json"], 60)
         (run,) = json.loads(ls.stdout)["runs"]

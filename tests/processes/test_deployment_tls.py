@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import (
     NEEDS_TLS_DEPLOYMENT,
+    TIMEOUT_SCALE,
     Processes,
     flower_env,
     free_port,
@@ -30,6 +31,7 @@ pytestmark = [
     pytest.mark.slow,
     *NEEDS_TLS_DEPLOYMENT,
 ]
+ROOT = Path(__file__).resolve().parents[2]
 
 # The server certificate's extensions: the SuperNodes and the CLI dial 127.0.0.1.
 SERVER_EXT = """\
@@ -175,6 +177,14 @@ def test_tls_and_supernode_auth_run_and_refusals(tmp_path, ray_tmp, deployment_r
                 supernode_cmd(link, key, i, ca),
                 flower_env(tmp_path / f"home-supernode-{i}", ray_tmp),
             )
+        # The run is submitted at once and goes on while the refusals are checked (the
+        # refused nodes cannot join it; the run waits for the two registered ones).
+        cli_run = procs.start(
+            "flwr-run",
+            ["flwr", "run", ".", "deploy", "--stream", "--run-config", run_config],
+            env,
+            cwd=ROOT,
+        )
         assert wait_exit(unregistered, 60) not in (None, 0), procs.logs()
         assert wait_exit(no_ca, 60) not in (None, 0), procs.logs()
         log = (tmp_path / "supernode-unregistered.log").read_text(errors="replace")
@@ -184,11 +194,9 @@ def test_tls_and_supernode_auth_run_and_refusals(tmp_path, ray_tmp, deployment_r
         link_log = (tmp_path / "superlink.log").read_text(errors="replace")
         assert "No SuperNode found with the given public key" in link_log
 
-        out = run_flwr(
-            ["run", ".", "deploy", "--stream", "--run-config", run_config], env, timeout=240
-        )
-        text = out.stdout + out.stderr
-        assert out.returncode == 0, text[-4000:]
+        code = wait_exit(cli_run, 240 * TIMEOUT_SCALE)
+        text = (tmp_path / "flwr-run.log").read_text(errors="replace")
+        assert code == 0, text[-4000:]
         status = run_status(text, env, "deploy")
         assert status == "finished:completed", f"{status}\n{text[-4000:]}\n{procs.logs()}"
 
