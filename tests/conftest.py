@@ -151,6 +151,15 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.slow)
         if {"ray_tmp", "_loopback_deployment"} & names:
             item.add_marker(pytest.mark.xdist_group("flower-processes"))
+    # The tests on the session's loopback deployment run one after another, where the last of
+    # them (the fault tests, which stop it) stands: it does not idle through the others.
+    users = [it for it in items if "_loopback_deployment" in getattr(it, "fixturenames", ())]
+    if users:
+        last = items.index(users[-1])
+        taken = set(map(id, users))
+        rest = [it for it in items if id(it) not in taken]
+        at = sum(1 for it in items[:last] if id(it) not in taken)
+        items[:] = rest[:at] + users + rest[at:]
 
 
 # -- real Flower processes (flwr run / loopback deployment tests) --------------------------------
