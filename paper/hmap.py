@@ -243,8 +243,10 @@ def map_table(
     for cell in args.cells:
         rows: dict[str, Any] = {}
         for row in args.methods:
+            now = row in (args.train_only or args.methods)
             got = {
-                s: _numbers(runner.get(run_config(args, out, cell, row, s))[0]) for s in args.seeds
+                s: _numbers(runner.get(run_config(args, out, cell, row, s), train=now)[0])
+                for s in args.seeds
             }
             done = {s: n for s, n in got.items() if n is not None}
             rows[row] = {m: seed_stats({s: n[m] for s, n in done.items()}) for m in METRICS}
@@ -480,6 +482,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", nargs="+", choices=list(ROWS), help="default: all rows")
     p.add_argument("--seeds", type=int, nargs="+", help="default: 42 7 123")
     p.add_argument("--rounds", type=int, help="rounds of every run (100)")
+    p.add_argument(
+        "--train-only",
+        nargs="+",
+        default=None,
+        metavar="ROW",
+        help="train only these rows' runs now (contenders first); the other rows' runs are "
+        "read where finished or kept, else listed as missing, and no verdict uses them",
+    )
     p.add_argument("--eval-every", type=int, default=10, help="evaluate every N rounds (10)")
     add_set_flag(p, "a run-config key for every run (e.g. --set checkpoint=...)")
     p.add_argument("--out", default="", help="folder for the results files (default: a temp)")
@@ -506,6 +516,11 @@ def main(argv: list[str] | None = None, train: Callable[[dict], dict] | None = N
         twice = sorted({v for v in given if given.count(v) > 1})
         if twice:
             p.error(f"--{flag} names {', '.join(twice)} twice")
+    stray = sorted(set(args.train_only or ()) - set(args.methods))
+    if stray:
+        p.error(
+            f"--train-only {' '.join(stray)}: not among the map's rows {' '.join(args.methods)}"
+        )
     for flag in ("rounds", "eval_every"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be >= 1")

@@ -186,22 +186,29 @@ class Runner:
         self._seen: dict[str, tuple[Results | None, Path]] = {}
 
     def get(
-        self, cfg: dict[str, Any], legacy: Iterable[str | Path] = (), after: str | None = None
+        self,
+        cfg: dict[str, Any],
+        legacy: Iterable[str | Path] = (),
+        after: str | None = None,
+        train: bool = True,
     ) -> tuple[Results | None, Path]:
         """(the run's summary or None, its results file) of the run ``cfg``.
 
         ``after``: the resume file of the run this one continues (Table 2's later
         alpha_test); a run planned with it goes in the same task, after that run.
+        ``train`` = False: this run is read where finished (or kept), else missing, as
+        under ``reuse_only`` (``ripple-map --train-only``: the other rows wait).
         """
         path = str(cfg["results-path"])
         if path in self._seen:
             return self._seen[path]
         kept = [self.keep / Path(path).name] if self.keep else []
-        found = self._read(cfg, [path, *legacy, *kept]) if self.reuse else None
+        found = self._read(cfg, [path, *legacy, *kept]) if self.reuse or not train else None
         if found is None and path in self.failed:
             return None, Path(path)
-        if found is None and self.reuse_only:
-            log(f"missing {Path(path).name} (--reuse-only: not run)")
+        if found is None and (self.reuse_only or not train):
+            why = "--reuse-only" if self.reuse_only else "not among the rows trained now"
+            log(f"missing {Path(path).name} ({why}: not run)")
             self.missing.append(path)
             self.missing_configs.append(dict(cfg))
             found = (None, Path(path))
@@ -218,9 +225,9 @@ class Runner:
         """The table's closing lines on its missing runs: read-only, or failed (none: [])."""
         if not self.missing:
             return []
-        why = "--reuse-only, not run" if self.reuse_only else "failed, see the log above"
-        return ["", f"Missing runs ({why}): {len(self.missing)}"] + [
-            f"- {Path(p).name}" + (f": {self.failed[p]}" if p in self.failed else "")
+        return ["", f"Missing runs: {len(self.missing)}"] + [
+            f"- {Path(p).name}: "
+            + (f"failed ({self.failed[p]})" if p in self.failed else "not run yet")
             for p in self.missing
         ]
 

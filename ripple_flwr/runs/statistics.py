@@ -123,10 +123,10 @@ def verdict(p: Mapping[str, Any] | None) -> str:
     """ "leads" / "trails" when the t interval excludes 0, else "no clear winner"; "too few
     seeds" below :data:`MIN_SEEDS` shared seeds; "exact tie" / "exact gap" when the
     difference is the same at every seed."""
+    if p and p.get("n", 0) < MIN_SEEDS:  # none shared at all included
+        return "too few seeds"
     if not p or p.get("mean") is None:
         return "no clear winner"
-    if p.get("n", 0) < MIN_SEEDS:
-        return "too few seeds"
     if p.get("exact"):
         return "exact tie" if p["mean"] == 0 else "exact gap"
     if p.get("half") is None:

@@ -107,7 +107,7 @@ def test_failed_runs_are_not_reported_as_reuse_only(tmp_path, capsys):
     argv = ["table1", *SMALL, "--methods", "fedavg", "--seeds", "42", "--jobs", "1"]
     assert tables.main([*argv, "--out", str(tmp_path), "--no-progress"], train=failing) == 1
     md = (tmp_path / "table1.md").read_text()
-    assert "--reuse-only" not in md and "Missing runs (failed" in md
+    assert "--reuse-only" not in md and ": failed (RuntimeError: boom" in md
 
 
 @pytest.mark.parametrize(

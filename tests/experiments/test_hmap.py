@@ -272,3 +272,35 @@ def test_a_protocol_fixes_the_runs_and_its_comparisons_use_shared_seeds(tmp_path
     with pytest.raises(SystemExit) as stop:
         hmap.main(["--protocol", str(path), *out])
     assert stop.value.code == 2 and "development seeds" in capsys.readouterr().err
+
+
+def test_train_only_runs_the_contenders_first_and_the_rest_waits(tmp_path, capsys):
+    proto = {
+        "name": "test-protocol",
+        "development_seeds": [42],
+        "seeds": [1, 2, 3],
+        "rounds": 30,
+        "cells": ["label-skew-0.1"],
+        "rows": ["ripple-rec", "ifca", "fedavg"],
+        "comparisons": {"ripple-rec": ["ifca", "fedavg"]},
+    }
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(proto))
+    out = ["--set", "num-partitions=8", "--set", "clients-per-round=4", "--out", str(tmp_path)]
+    fake = FakeTrainer()
+    line = run_map(
+        ["--protocol", str(path), "--train-only", "ripple-rec", "ifca", *out], capsys, fake
+    )
+    assert sorted({c["method"] for c in fake.configs}) == ["ifca", "ripple"]
+    assert len(fake.configs) == 2 * 3
+    verdicts = line["cells"]["label-skew-0.1"]["protocol"]
+    assert verdicts["ripple-rec - ifca"]["final_accuracy"]["n"] == 3
+    assert verdicts["ripple-rec - fedavg"]["final_accuracy"]["verdict"] == "too few seeds"
+    assert len(line["missing"]) == 3 and all("fedavg" in m for m in line["missing"])
+    # The next call trains the waiting row only: the finished runs are read (--reuse).
+    fake2 = FakeTrainer()
+    line = run_map(["--protocol", str(path), "--reuse", *out], capsys, fake2)
+    assert {c["method"] for c in fake2.configs} == {"fedavg"} and not line["missing"]
+    with pytest.raises(SystemExit) as stop:
+        hmap.main(["--protocol", str(path), "--train-only", "cfl", *out])
+    assert stop.value.code == 2 and "not among the map's rows" in capsys.readouterr().err
