@@ -106,7 +106,9 @@ def headline() -> str:
         "| method | final accuracy (%) | bytes/round vs FedAvg | first round >= 80% |",
         "|---|---|---|---|",
     ]
-    for name in HEADLINE:
+    # Every row the sentences under the table name is in the table, in order of accuracy.
+    shown = sorted(dict.fromkeys([*HEADLINE, *named(t)]), key=lambda n: -(acc[n]["mean"] or 0.0))
+    for name in shown:
         row = t["rows"][name]
         dagger = " †" if name in rec else ""
         lines.append(
@@ -131,17 +133,29 @@ def _dagger_text(rec: dict[str, list[str]], t: dict[str, Any]) -> str:
     )
 
 
-def lead(t: dict[str, Any]) -> str:
-    """Who leads Table 1, the best baseline per family, and what FedAvg scores."""
+def _leaders(t: dict[str, Any]) -> tuple[str, str, dict[str, str], str, str]:
+    """Table 1's leader, runner-up, best baseline per family, best baseline and better oracle."""
     acc, rows = _acc(t), t["rows"]
     order = ev.ordered(acc, lambda n: not ev.is_oracle(n))
-    best, second = order[0], order[1]
     fam = {
         f: next(n for n in order if rows[n]["family"] == f)
         for f in ("personalised", "clustered", "global")
     }
     base = next(n for n in order if not ev.is_ripple(n))
-    oracle = ev.ordered(acc, ev.is_oracle)[0]
+    return order[0], order[1], fam, base, ev.ordered(acc, ev.is_oracle)[0]
+
+
+def named(t: dict[str, Any]) -> list[str]:
+    """The rows :func:`lead`'s sentences name (the table under them must show each)."""
+    best, second, fam, base, oracle = _leaders(t)
+    return list(dict.fromkeys([best, second, oracle, base, *fam.values(), "fedavg"]))
+
+
+def lead(t: dict[str, Any]) -> str:
+    """Who leads Table 1, the best baseline per family, and what FedAvg scores."""
+    acc, rows = _acc(t), t["rows"]
+    order = ev.ordered(acc, lambda n: not ev.is_oracle(n))
+    best, second, fam, base, oracle = _leaders(t)
     text = (
         f"{ev.label(best)} leads with {ev.cell(acc[best])}, then {ev.label(second)} with "
         f"{ev.cell(acc[second])}{ev.paired_text(acc[best], acc[second])}; the better oracle, "
