@@ -160,7 +160,9 @@ def map_status() -> str:
     d = ev.load(MAP)
     return (
         f"is committed for {len(d['cells'])} cells ({', '.join(d['cells'])}) at "
-        f"{ev.seeds_text(d['seeds'])} ([which-method.md](which-method.md))"
+        f"{ev.seeds_text(d['seeds'])} on one federation ([archive-first-map.md]"
+        "(archive-first-map.md); what to use, from the pre-registered map over fresh "
+        "federations: [which-method.md](which-method.md))"
     )
 
 

@@ -223,10 +223,10 @@ def ranking_at_300() -> str:
 
 
 BLOCKS = {
-    "docs/which-method.md": {
+    "docs/archive-first-map.md": {
         "heterogeneity-map": heterogeneity_map,
         "map-advice": map_advice,
         "map-ranking-300": ranking_at_300,
-        "method-costs": costs,
     },
+    "docs/which-method.md": {"method-costs": costs},
 }

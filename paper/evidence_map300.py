@@ -190,4 +190,4 @@ def contenders_at_300() -> str:
     return "\n".join([head, "", *table, "", tail, "", *verdicts, "", f"{kept}.{cost}"])
 
 
-BLOCKS = {"docs/which-method.md": {"map-contenders-300": contenders_at_300}}
+BLOCKS = {"docs/archive-first-map.md": {"map-contenders-300": contenders_at_300}}

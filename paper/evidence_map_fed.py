@@ -101,11 +101,14 @@ def advice() -> str:
             continue
         best = _name(m["ripple"])
         if m["verdict"] == "leads":
-            what = f"use Ripple: {best} leads {_name(m['best_other'])} ({fmt_paired(m)})"
+            what = (
+                f"the best of the paper's Ripple variants, {best}, leads "
+                f"{_name(m['best_other'])} ({fmt_paired(m)})"
+            )
         elif m["verdict"] == "trails":
             what = (
-                f"do not use Ripple for the training clients: {_name(m['best_other'])} leads "
-                f"its best variant, {best} ({fmt_paired(m)})"
+                f"{_name(m['best_other'])} leads the best of the paper's Ripple variants, "
+                f"{best} ({fmt_paired(m)})"
             )
         else:
             what = f"no clear winner between {best} and {_name(m['best_other'])} ({fmt_paired(m)})"
@@ -242,60 +245,10 @@ def _table1_additions() -> str:
     )
 
 
-def ripple_choices() -> str:
-    """README: which router and sampler win where, paired, from Table 1 and the map."""
-    from paper.evidence_table1 import TABLE1
-
-    t = ev.load(TABLE1)["rows"]
-    out = []
-    for sampler in ("strat", "unif"):
-        mu, gmm = (t.get(f"ripple-{sampler}-{r}") for r in ("mean-unmixing", "gmm-vae"))
-        if mu and gmm:
-            p = ev.paired_of(mu["final_accuracy"], gmm["final_accuracy"])
-            out.append(f"Ripple-{sampler.title()} {fmt_paired(p)}: {p['verdict']}")
-    table1 = (
-        f"In Table 1 ({ev.load(TABLE1)['dataset']}, Dir(0.1), one federation, "
-        f"{ev.seeds_text(ev.load(TABLE1)['seeds'])}), mean unmixing against the GMM-VAE, "
-        f"paired per seed (points, t 95%, seeds ahead): {'; '.join(out)}."
-    )
-    if not (ev.RESULTS / MAP_FED).is_file():
-        return table1
-    d = ev.load(MAP_FED)
-    best = []
-    for cell, entry in d["cells"].items():
-        m = entry["margin"].get("final_accuracy")
-        if m and m.get("mean") is not None:
-            best.append(
-                f"{cell}: {_name(m['ripple'])} ({m['verdict']} against {_name(m['best_other'])})"
-            )
-    cells = "; ".join(best) or "no cell has both a Ripple row and a rival yet"
-    yogi = []
-    for cell, entry in d["cells"].items():
-        if (got := _optimiser_best(entry)) is not None:
-            name, p = got
-            yogi.append(
-                f"{cell}: {_name(name)} against {_name(p['against'])} {fmt_paired(p)}, "
-                f"{p['verdict']}"
-            )
-    yogi_text = (
-        ' With FedYogi per cluster (`cluster-optimizer = "fedyogi"`, beyond the paper): '
-        + "; ".join(yogi)
-        + "."
-        if yogi
-        else ""
-    )
-    return (
-        f"{table1} Over federation seeds (the map, [which-method.md](docs/which-method.md)), "
-        f"the best of the paper's Ripple variants per cell so far, on the training clients: "
-        f"{cells}.{yogi_text}"
-    )
-
-
 BLOCKS = {
     "docs/which-method.md": {
         "map-federations": map_federations,
         "map-federations-advice": advice,
         "map-additions": additions,
     },
-    "README.md": {"ripple-choices": ripple_choices},
 }

@@ -324,7 +324,7 @@ def _map_scope(d: dict) -> str:
     missing = len(d.get("missing") or [])
     state = f"{missing} of its runs still missing" if missing else "every run done"
     return (
-        f"The heterogeneity map ([which-method.md](which-method.md#the-heterogeneity-map)) "
+        f"The first heterogeneity map ([archive-first-map.md](archive-first-map.md)) "
         f"adds the cells {cells} at {ev.seeds_text(d['seeds'])} "
         f"({state})."
     )
@@ -339,5 +339,4 @@ BLOCKS = {
         "figures": figures,
     },
     "docs/ripple-hdb.md": {"hdb": hdb},
-    "docs/which-method.md": {"which-method-when": which_when},
 }

@@ -205,3 +205,26 @@ def test_rows_and_comparisons_come_from_the_json_not_a_list(tmp_path):
         "run time (2 runs); FedYogi: no kept run yet"
     )
 
+
+def test_the_drift_check_covers_the_new_blocks_and_the_table_opens_the_page():
+    from paper import reference
+
+    assert {"which-method-decision", "which-method-paper-row", "which-method-dev-seeds"} <= set(
+        reference.PAGES["docs/which-method.md"]
+    )
+    assert "ripple-choices" in reference.PAGES["README.md"]
+    assert {"heterogeneity-map", "map-contenders-300"} <= set(
+        reference.PAGES["docs/archive-first-map.md"]
+    )
+    head = (reference.ROOT / "docs/which-method.md").read_text().splitlines()[:40]
+    assert "| kind of heterogeneity | clients | what to use |" in "\n".join(head)
+
+
+def test_readme_table1_shows_every_row_its_sentences_name():
+    from paper import evidence as ev
+    from paper import evidence_table1 as t1
+
+    t = ev.load(t1.TABLE1)
+    table = t1.headline()
+    for row in t1.named(t):
+        assert f"| {ev.label(row, t1._k(t['rows'][row]))}" in table, row
