@@ -13,9 +13,13 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.run_config import parse_run_config
+from ripple_flwr.app.server.bases.cluster_optimizer import (
+    OPTIMIZERS,
+    ClusterOptimizer,
+    optimizer_kwargs,
+)
 from ripple_flwr.app.server.bases.flower import flower_kwargs
 from ripple_flwr.experiments.compose import applied
-from ripple_flwr.methods.ripple.optimizer import OPTIMIZERS, ClusterOptimizer, optimizer_kwargs
 from ripple_flwr.settings import ConfigError
 
 # Every optimiser's keys; each run keeps those its optimiser reads (a run refuses the others).
