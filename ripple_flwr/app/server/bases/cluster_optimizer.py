@@ -196,6 +196,19 @@ class ClusterOptimizer:
                 pseudo = old
         return now - self.lr * pseudo
 
+    def split(self, parent: int) -> int:
+        """A new cluster, the copy of ``parent``: its moments, its saved model and whether it
+        was stepped (CFL's split: both sides start from the parent's model, so both keep the
+        parent's moments). Returns the new cluster's index (the last)."""
+        for store in (self.m, self.v):
+            for key, value in store.items():
+                store[key] = np.concatenate([value, value[parent : parent + 1]])
+        self.started = np.append(self.started, self.started[parent])
+        cur = self.current[parent]
+        self.current.append(None if cur is None else {k: np.array(v) for k, v in cur.items()})
+        self.k += 1
+        return self.k - 1
+
     # -- checkpoint ---------------------------------------------------------------------------
     def state(self) -> list[dict[str, Any]]:
         """Each cluster's attributes as Flower's object would hold them (:data:`OPTIMIZERS`):
