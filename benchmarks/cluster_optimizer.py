@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ripple_flwr.aggregation.mixing import apply_stacked_deltas  # noqa: E402
 from ripple_flwr.app.flower_internals import set_task_identity  # noqa: E402
 from ripple_flwr.app.run_config import parse_run_config  # noqa: E402
-from ripple_flwr.methods.ripple.optimizer import OPTIMIZERS, ClusterOptimizer  # noqa: E402
+from ripple_flwr.app.server.bases.cluster_optimizer import OPTIMIZERS, ClusterOptimizer  # noqa: E402
 from ripple_flwr.training.models import build_model, get_state  # noqa: E402
 
 

@@ -3,11 +3,14 @@
 Read from the method registry, so a newly registered method is benchmarked
 without touching this file. Ripple's rows are ``ripple-<strat|unif>-<router>`` and, with
 FedYogi per cluster model, ``ripple-<strat|unif>-yogi``; the oracle's ``oracle``
-(stratified) and ``oracle-unif``.
+(stratified) and ``oracle-unif``. On the map, a clustered baseline that takes
+``cluster-optimizer`` (its spec declares it) also has ``<name>-yogi``: FedYogi per cluster
+model, on equal terms with Ripple's ``-yogi`` rows.
 """
 
 from __future__ import annotations
 
+from ripple_flwr.methods.options import CLUSTER_OPTIMIZER
 from ripple_flwr.methods.registry import METHODS
 from ripple_flwr.methods.ripple.spec import PRESETS as RIPPLE_PRESETS
 from ripple_flwr.settings import ROUTERS, SAMPLINGS
@@ -28,6 +31,15 @@ def _yogi_rows(name: str) -> dict[str, dict]:
 
 # The recommended Ripple (issue 62): Ripple's ``preset = "recommended"``, key by key.
 RECOMMENDED = dict(RIPPLE_PRESETS["recommended"])
+
+
+def _baseline_yogi_row(name: str) -> dict[str, dict]:
+    """Beyond the papers: a clustered baseline that takes ``cluster-optimizer`` (IFCA, CFL,
+    PACFL, FeSEM) with FedYogi per cluster model, ``<name>-yogi`` (none for another method)."""
+    spec = METHODS[name]
+    if spec.family != "clustered" or CLUSTER_OPTIMIZER not in spec.options:
+        return {}
+    return {f"{name}-yogi": {"method": name, "cluster-optimizer": "fedyogi"}}
 
 
 def _recommended_row(name: str) -> dict[str, dict]:
@@ -73,13 +85,15 @@ def table2_rows() -> dict[str, dict]:
 def map_rows() -> dict[str, dict]:
     """The map's rows: every method that lists ``map``; Ripple per router x sampler
     (``-mu``: mean unmixing), and per sampler with FedYogi as its cluster optimiser
-    (``-yogi``: ``cluster-optimizer = "fedyogi"``, the GMM-VAE router)."""
+    (``-yogi``: ``cluster-optimizer = "fedyogi"``, the GMM-VAE router); a clustered
+    baseline that takes ``cluster-optimizer`` also as ``<name>-yogi`` (``ifca-yogi``)."""
     out: dict[str, dict] = {}
     for name, spec in METHODS.items():
         if "map" not in spec.benchmarks:
             continue
         if not spec.needs_router:
             out[name] = {"method": name}
+            out.update(_baseline_yogi_row(name))
             continue
         for router in ROUTERS:
             for sampling in SAMPLINGS:

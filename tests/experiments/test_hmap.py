@@ -130,6 +130,18 @@ def test_the_rows_of_table2_and_the_map_come_from_the_registry(monkeypatch):
     monkeypatch.setitem(registry.METHODS, "toy", toy)
     assert map_rows()["toy"] == {"method": "toy"} and table2_rows()["toy"] == {"method": "toy"}
     assert {"ripple-strat-mu", "ripple-unif-mu"} <= set(map_rows())
+    # A clustered rival that takes cluster-optimizer (its spec declares it) also runs with
+    # FedYogi per cluster model, on equal terms with Ripple's -yogi rows.
+    from ripple_flwr.methods.options import CLUSTER_OPTIMIZER
+
+    for name, spec in registry.METHODS.items():
+        takes = spec.family == "clustered" and CLUSTER_OPTIMIZER in spec.options
+        row = map_rows().get(f"{name}-yogi")
+        if takes and "map" in spec.benchmarks:
+            assert row == {"method": name, "cluster-optimizer": "fedyogi"}
+        else:
+            assert row is None or spec.family != "clustered"
+    assert {"ifca-yogi", "cfl-yogi", "pacfl-yogi"} <= set(map_rows())
 
 
 def test_an_added_row_is_compared_with_the_best_ripple_variant_and_the_best_other_row():

@@ -146,7 +146,8 @@ def test_a_method_reads_its_own_options_and_the_router_keys_only_with_a_router()
         ({"method": "ripple", "sampling": "uniform", "strat-order": "mass"}, "strat-order"),
         ({"method": "ripple", "fedopt-eta": 0.5}, "fedopt-eta"),
         ({"method": "ripple", "cluster-optimizer": "fedyogi", "fedavgm-momentum": 0.5}, "fedavgm"),
-        ({"method": "ifca", "cluster-optimizer": "fedavgm"}, "cluster-optimizer"),
+        ({"method": "flux", "cluster-optimizer": "fedavgm"}, "cluster-optimizer"),
+        ({"method": "ifca", "cluster-optimizer": "fedyogi", "fedavgm-momentum": 0.5}, "fedavgm"),
     ],
 )
 def test_a_key_its_own_method_does_not_read_in_this_setting_is_refused(cfg, key):

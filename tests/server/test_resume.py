@@ -42,7 +42,7 @@ def comparable(path) -> dict:
         d.pop("seconds")  # IFCA's draws of its initial models, before round 1
     for d in res.get("flux", {}).get("descriptor_rounds", []):
         d.pop("seconds")  # FLUX's descriptor rounds
-    res.get("cluster_optimizer", {}).pop("server_seconds", None)  # Ripple's optimiser steps
+    res.get("cluster_optimizer", {}).pop("server_seconds", None)  # the cluster optimiser's steps
     return res
 
 
@@ -65,9 +65,12 @@ METHOD_CONFIG = {
     "flux": CLUSTER_EARLY,
     "fedgwc": {"fedgwc-eps": 1.0},
 }
-# Ripple with a server optimiser per cluster: its Flower objects' moments cross the cut.
+# Ripple with a server optimiser per cluster: its Flower objects' moments cross the cut; so do
+# IFCA's and CFL's (CFL's splits too: the new side's moments are the parent's).
 VARIANTS = {
-    f"ripple+{opt}": ("ripple", {"cluster-optimizer": opt}) for opt in ("fedyogi", "fedavgm")
+    **{f"ripple+{opt}": ("ripple", {"cluster-optimizer": opt}) for opt in ("fedyogi", "fedavgm")},
+    "ifca+fedyogi": ("ifca", {"cluster-optimizer": "fedyogi"}),
+    "cfl+fedyogi": ("cfl", {"cluster-optimizer": "fedyogi"}),
 }
 
 

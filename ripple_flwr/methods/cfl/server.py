@@ -141,8 +141,10 @@ class CFLMethod(ClusterModels):
     def split(self, server_round: int, c: int, mean_norm: float, max_norm: float) -> bool:
         """Bi-partition cluster ``c`` by its members' latest updates (at least three needed).
 
-        The new cluster starts from ``c``'s model as it was sent this round;
-        the split is refused when its sides are too similar (``cfl-max-similarity``).
+        The new cluster starts from ``c``'s model as it was sent this round (and, with a
+        ``cluster-optimizer``, from ``c``'s moments: both sides continue the parent's
+        optimiser); the split is refused when its sides are too similar
+        (``cfl-max-similarity``).
         """
         s = self.settings
         members = np.flatnonzero(self.assignment == c)
@@ -175,7 +177,7 @@ class CFLMethod(ClusterModels):
             )
             return False
         self.assignment[with_update[b]] = new
-        self.set_models([*self.models, self.models[c]])
+        self.split_cluster(c)  # c's model; with a cluster-optimizer, c's moments too
         log.info(
             "round %d: CFL split cluster %d (mean update %.3f < %g, max %.3f > %g, cross "
             "similarity %.3f < %g) into %d + %d clients; %d clusters now",

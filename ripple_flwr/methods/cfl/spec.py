@@ -5,6 +5,7 @@ Its server side is in ``server.py``; its clients train with plain SGD.
 
 from __future__ import annotations
 
+from ripple_flwr.methods import options as o
 from ripple_flwr.methods.spec import MethodSpec
 from ripple_flwr.settings import Option
 
@@ -74,7 +75,9 @@ SPECS = (
             CFL_MAX_SIMILARITY,
             CFL_MAX_CLUSTERS,
             CFL_WEIGHTING,
+            *o.OPTIMIZER_OPTIONS,
         ),
+        unread=o.optimizer_unread,
         benchmarks=("table2", "map"),
     ),
 )

@@ -5,12 +5,11 @@ Its server side is in ``server.py``; its clients train with plain SGD.
 
 from __future__ import annotations
 
+# Its option is shared (cluster-optimizer = fedavgm reads it too): declared in options.py.
+from ripple_flwr.methods.options import FEDAVGM_MOMENTUM
 from ripple_flwr.methods.spec import MethodSpec
-from ripple_flwr.settings import Option
 
-FEDAVGM_MOMENTUM = Option(
-    "fedavgm-momentum", float, 0.9, "FedAvgM: server momentum beta", low=0, high=1, high_open=True
-)
+__all__ = ["FEDAVGM_MOMENTUM", "SPECS"]
 
 SPECS = (
     MethodSpec(

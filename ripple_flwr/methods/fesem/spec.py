@@ -5,6 +5,7 @@ Its server side is in ``server.py``; its clients train with plain SGD.
 
 from __future__ import annotations
 
+from ripple_flwr.methods import options as o
 from ripple_flwr.methods.spec import MethodSpec
 from ripple_flwr.settings import Option
 
@@ -63,7 +64,15 @@ SPECS = (
         exports="none",
         family="clustered",
         sweeps_k=True,
-        options=(FESEM_UPDATE_EVERY, FESEM_LAYER, FESEM_POINTS, FESEM_KMEANS_ITERS, FESEM_SAMPLING),
+        options=(
+            FESEM_UPDATE_EVERY,
+            FESEM_LAYER,
+            FESEM_POINTS,
+            FESEM_KMEANS_ITERS,
+            FESEM_SAMPLING,
+            *o.OPTIMIZER_OPTIONS,
+        ),
+        unread=o.optimizer_unread,
         benchmarks=("table2",),
     ),
 )

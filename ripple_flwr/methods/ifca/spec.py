@@ -5,6 +5,7 @@ Its server side is in ``server.py``; its clients train with plain SGD.
 
 from __future__ import annotations
 
+from ripple_flwr.methods import options as o
 from ripple_flwr.methods.spec import MethodSpec
 from ripple_flwr.settings import Option
 
@@ -36,7 +37,8 @@ SPECS = (
         exports="none",
         family="clustered",
         sweeps_k=True,
-        options=(IFCA_INIT_BALANCE, IFCA_INIT_DRAWS),
+        options=(IFCA_INIT_BALANCE, IFCA_INIT_DRAWS, *o.OPTIMIZER_OPTIONS),
+        unread=o.optimizer_unread,
         benchmarks=("table2", "map"),
     ),
 )

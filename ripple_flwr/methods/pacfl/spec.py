@@ -6,6 +6,7 @@ subspaces of their data (:func:`ripple_flwr.aggregation.subspaces.class_subspace
 
 from __future__ import annotations
 
+from ripple_flwr.methods import options as o
 from ripple_flwr.methods.spec import MethodSpec
 from ripple_flwr.settings import Option
 
@@ -47,7 +48,8 @@ SPECS = (
         models="clusters",
         exports="none",
         family="clustered",
-        options=(PACFL_P, PACFL_BETA, PACFL_LINKAGE),
+        options=(PACFL_P, PACFL_BETA, PACFL_LINKAGE, *o.OPTIMIZER_OPTIONS),
+        unread=o.optimizer_unread,
         benchmarks=("table2", "map"),
     ),
 )

@@ -23,17 +23,14 @@ from ripple_flwr.aggregation.mixing import (
 )
 from ripple_flwr.aggregation.robust import unsafe_stacked_steps
 from ripple_flwr.app.protocol.records import states_to_records
+from ripple_flwr.app.server.bases.cluster_optimizer import ClusterOptimizer
 from ripple_flwr.app.server.replies.validation import Accepted
 from ripple_flwr.app.server.resume.plain import field_values, set_fields
 from ripple_flwr.app.server.roster.query import QueryResult
 from ripple_flwr.methods.api import Export, Method, Onboarding
+from ripple_flwr.methods.options import CLUSTER_OPTIMIZER
 from ripple_flwr.methods.ripple.concepts import ConceptStep
-from ripple_flwr.methods.ripple.optimizer import ClusterOptimizer
-from ripple_flwr.methods.ripple.spec import (
-    CLASS_CONDITIONAL,
-    CLUSTER_OPTIMIZER,
-    RIPPLE_STRAT_ORDER,
-)
+from ripple_flwr.methods.ripple.spec import CLASS_CONDITIONAL, RIPPLE_STRAT_ORDER
 from ripple_flwr.methods.spec import MethodInputs, MethodSpec
 from ripple_flwr.router.routers import Router
 from ripple_flwr.runs.results import hard_ari, routing_metrics

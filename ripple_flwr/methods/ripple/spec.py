@@ -6,7 +6,6 @@ Its server side is in ``server.py``; its clients train with plain SGD.
 from __future__ import annotations
 
 from ripple_flwr.methods import options as o
-from ripple_flwr.methods.fedavgm.spec import FEDAVGM_MOMENTUM
 from ripple_flwr.methods.spec import MethodSpec
 from ripple_flwr.settings import Option, RunSettings
 
@@ -21,15 +20,6 @@ RIPPLE_STRAT_ORDER = Option(
     choices=("rotation", "mass"),
 )
 
-CLUSTER_OPTIMIZER = Option(
-    "cluster-optimizer",
-    str,
-    "none",
-    "Ripple: the server step of each cluster model: none (eq. 9, the paper's rule) or Flower's "
-    "fedyogi / fedadam / fedavgm, one per cluster, on the cluster's w-weighted mean update "
-    "(fedopt-eta, fedopt-beta1/2, fedopt-tau; fedavgm: server-lr, fedavgm-momentum)",
-    choices=("none", "fedyogi", "fedadam", "fedavgm"),
-)
 CLASS_CONDITIONAL = Option(
     "class-conditional",
     bool,
@@ -93,29 +83,12 @@ CONCEPT_OPTIONS = (
     LABEL_DP_CLIP,
 )
 
-# What cluster-optimizer reads besides itself (the same keys as the global rows').
-OPTIMIZER_OPTIONS = (
-    CLUSTER_OPTIMIZER,
-    o.FEDOPT_ETA,
-    o.FEDOPT_BETA1,
-    o.FEDOPT_BETA2,
-    o.FEDOPT_TAU,
-    FEDAVGM_MOMENTUM,
-)
-
-# What each cluster-optimizer value reads of OPTIMIZER_OPTIONS (besides itself).
-OPTIMIZER_READS = {
-    "none": (),
-    "fedyogi": ("fedopt-eta", "fedopt-beta1", "fedopt-beta2", "fedopt-tau"),
-    "fedadam": ("fedopt-eta", "fedopt-beta1", "fedopt-beta2", "fedopt-tau"),
-    "fedavgm": (FEDAVGM_MOMENTUM.key,),
-}
-
 
 def unread(settings: RunSettings) -> dict[str, str]:
     """Ripple's own keys it does not read under these settings: ``strat-order`` without the
-    stratified sampler, an optimiser's keys under another ``cluster-optimizer``, the concept
-    keys without ``class-conditional``."""
+    stratified sampler, an optimiser's keys under another ``cluster-optimizer`` (shared:
+    :func:`ripple_flwr.methods.options.optimizer_unread`), the concept keys without
+    ``class-conditional``."""
     out: dict[str, str] = {}
     if settings.training.sampling != "stratified":
         out[RIPPLE_STRAT_ORDER.key] = "read only with sampling='stratified' (Ripple-Strat)"
@@ -125,11 +98,7 @@ def unread(settings: RunSettings) -> dict[str, str]:
     elif not LABEL_DP_EPSILON.of(settings):
         for opt in (LABEL_DP_DELTA, LABEL_DP_CLIP):
             out[opt.key] = "read only with label-dp-epsilon > 0"
-    chosen = CLUSTER_OPTIMIZER.of(settings)
-    for opt in OPTIMIZER_OPTIONS[1:]:
-        if opt.key not in OPTIMIZER_READS.get(chosen, ()):
-            users = [name for name, keys in OPTIMIZER_READS.items() if opt.key in keys]
-            out[opt.key] = f"read only with cluster-optimizer={' or '.join(map(repr, users))}"
+    out.update(o.optimizer_unread(settings))
     return out
 
 
@@ -179,7 +148,7 @@ SPECS = (
         needs_router=True,
         routing_weights=True,
         family="ripple",
-        options=(RIPPLE_STRAT_ORDER, *OPTIMIZER_OPTIONS, *CONCEPT_OPTIONS, PRESET),
+        options=(RIPPLE_STRAT_ORDER, *o.OPTIMIZER_OPTIONS, *CONCEPT_OPTIONS, PRESET),
         unread=unread,
         benchmarks=("table2", "map"),
         presets=PRESETS,
@@ -193,7 +162,7 @@ SPECS = (
         routing_weights=True,
         needs_truth=True,
         family="ripple",
-        options=(RIPPLE_STRAT_ORDER, *OPTIMIZER_OPTIONS),
+        options=(RIPPLE_STRAT_ORDER, *o.OPTIMIZER_OPTIONS),
         unread=oracle_unread,
         benchmarks=("map",),
     ),

@@ -7,11 +7,17 @@ Table 2) is sent every cluster model and keeps the one with the lowest loss
 on its own training split (:mod:`ripple_flwr.app.client.candidates`). The results file
 records the final assignment and, when the federation's true mixtures are
 known, its adjusted Rand index against each client's dominant class.
+
+``cluster-optimizer`` (IFCA, FeSEM, PACFL, CFL: the methods whose spec declares it) steps
+each cluster model with Flower's server optimiser instead of setting it to its members' mean:
+that mean is ``theta_c + u_c``, and :class:`~.cluster_optimizer.ClusterOptimizer` moves
+``theta_c`` as one Flower object per cluster would on the pseudo-gradient ``u_c``.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -20,10 +26,12 @@ from flwr.app import ArrayRecord
 from ripple_flwr.aggregation.clustering import State, cluster_means, float_keys
 from ripple_flwr.aggregation.robust import unsafe_step
 from ripple_flwr.app.protocol.records import states_to_records
+from ripple_flwr.app.server.bases.cluster_optimizer import ClusterOptimizer
 from ripple_flwr.app.server.replies.validation import Accepted
 from ripple_flwr.app.server.resume.plain import field_values, set_fields
 from ripple_flwr.app.server.roster.query import QueryResult
 from ripple_flwr.methods.api import Export, Method, Onboarding
+from ripple_flwr.methods.options import CLUSTER_OPTIMIZER
 from ripple_flwr.runs.results import hard_ari
 from ripple_flwr.settings import RunSettings
 
@@ -38,7 +46,7 @@ class ClusterModels(Method):
     :meth:`average_into_clusters`).
     """
 
-    state_fields = ("models", "assignment", "events", "latest", "has_latest")
+    state_fields = ("models", "assignment", "events", "latest", "has_latest", "cluster_steps")
     # Whether the method keeps one flattened vector per client (FeSEM: the client's last
     # model; CFL: its last update) in ``latest``; IFCA keeps none.
     keeps_latest: bool = False
@@ -65,6 +73,11 @@ class ClusterModels(Method):
         self.events: list[dict[str, Any]] = []  # splits (kept or refused), refused aggregates
         self._records: list[ArrayRecord] | None = None
         self._sent_from: dict[int, int] = {}  # row -> the cluster it was sent this round
+        # cluster-optimizer (none: the members' mean as is). Built at the first step, when the
+        # cluster models exist (PACFL sets K in setup); CFL's splits grow it (split_cluster).
+        self.optimizer_name: str = CLUSTER_OPTIMIZER.of(settings)
+        self.optimizer: ClusterOptimizer | None = None
+        self.optimizer_seconds = 0.0  # the server time its steps took, for the record
 
     # -- who belongs where -------------------------------------------------------------------
     def initial_assignment(self, n: int) -> np.ndarray:
@@ -112,6 +125,72 @@ class ClusterModels(Method):
         self.models = list(models)
         self._records = None
 
+    def split_cluster(self, parent: int) -> int:
+        """A new cluster model, a copy of ``parent``'s (CFL's split); with a
+        ``cluster-optimizer`` the new cluster keeps the parent's moments, as its model
+        is the parent's. Returns its index."""
+        self.set_models([*self.models, self.models[parent]])
+        if self.optimizer is not None:
+            self.optimizer.split(parent)
+        return self.num_models - 1
+
+    # -- cluster-optimizer -------------------------------------------------------------------
+    def cluster_optimizer(self) -> ClusterOptimizer | None:
+        """``cluster-optimizer``'s optimiser over the K cluster models (``None``: none)."""
+        if self.optimizer_name == "none":
+            return None
+        if self.optimizer is None:
+            self.optimizer = ClusterOptimizer(self.optimizer_name, self.num_models, self.settings)
+        if self.optimizer.k != self.num_models:
+            raise RuntimeError(
+                f"{type(self).__name__} holds {self.num_models} cluster models, its "
+                f"cluster-optimizer {self.optimizer.k}: a method that adds clusters must "
+                "call split_cluster"
+            )
+        return self.optimizer
+
+    def stepped(
+        self, server_round: int, means: list[State], labels: list[int], weights: list[float]
+    ) -> list[State]:
+        """The cluster models after ``cluster-optimizer``'s step towards ``means`` (the
+        members' means: theta_c + u_c), each cluster weighted by its members' total weight
+        (a cluster without any is not stepped)."""
+        opt = self.cluster_optimizer()
+        if opt is None:
+            return means
+        t0 = time.perf_counter()
+        mass = np.bincount(
+            np.asarray(labels, dtype=np.int64),
+            np.asarray(weights, dtype=np.float64),
+            minlength=self.num_models,
+        )
+        stacked = self.saved_models()
+        target = {k: np.stack([np.asarray(m[k]) for m in means]) for k in stacked}
+        out = opt.step(server_round, stacked, target, mass)
+        self.optimizer_seconds += time.perf_counter() - t0
+        return [{k: out[k][c] for k in out} for c in range(self.num_models)]
+
+    @property
+    def cluster_steps(self) -> dict[str, Any]:
+        """The saved state of ``cluster-optimizer``: its name and each cluster's Flower
+        attributes (none before its first step)."""
+        clusters = [] if self.optimizer is None else self.optimizer.state()
+        return {"name": self.optimizer_name, "clusters": clusters}
+
+    @cluster_steps.setter
+    def cluster_steps(self, saved: dict[str, Any]) -> None:
+        name = saved.get("name", "none")
+        if name != self.optimizer_name:
+            raise ValueError(
+                f"the saved run stepped its clusters with cluster-optimizer = {name}, this run "
+                f"with {self.optimizer_name}; resume with the saved run's setting"
+            )
+        clusters = saved.get("clusters") or []
+        self.optimizer = None
+        if clusters:
+            self.optimizer = ClusterOptimizer(name, len(clusters), self.settings)
+            self.optimizer.restore(clusters)
+
     def average_into_clusters(
         self,
         server_round: int,
@@ -121,18 +200,17 @@ class ClusterModels(Method):
     ) -> list[int]:
         """Each cluster model becomes the example-weighted mean of its members' returned models.
 
-        ``uniform``: every member counts once, whatever its example count.
+        ``uniform``: every member counts once, whatever its example count. With a
+        ``cluster-optimizer``, each cluster with members is instead stepped from its model
+        towards that mean by Flower's optimiser (:meth:`stepped`).
 
         A cluster whose new model would be non-finite or grow more than 10x
         in norm keeps its model (and the refusal is logged and recorded).
         Returns the clusters that changed.
         """
-        new, changed = cluster_means(
-            self.models,
-            [a.state for a in accepted],
-            labels,
-            [1 if uniform else a.num_examples for a in accepted],
-        )
+        weights = [1 if uniform else a.num_examples for a in accepted]
+        new, changed = cluster_means(self.models, [a.state for a in accepted], labels, weights)
+        new = self.stepped(server_round, new, labels, weights)
         kept = []
         for c in changed:
             reason = unsafe_step(self.models[c], new[c])
@@ -159,6 +237,12 @@ class ClusterModels(Method):
             raise ValueError(
                 f"the saved assignment names clusters outside the {k} saved models; resume "
                 "from a <results>.resume.npz this method wrote, or start the run again"
+            )
+        if self.optimizer is not None and self.optimizer.k != k:
+            raise ValueError(
+                f"the saved {self.optimizer.name} state has {self.optimizer.k} clusters, the "
+                f"saved models {k}; resume from a <results>.resume.npz this method wrote, or "
+                "start the run again"
             )
         if len(self.latest) != rows or len(self.has_latest) != rows:
             raise ValueError(
@@ -215,4 +299,10 @@ class ClusterModels(Method):
         return rec
 
     def run_record(self, rec: dict[str, Any]) -> dict[str, Any]:
-        return {**rec, "assignment": self.assignment_record()}
+        rec = {**rec, "assignment": self.assignment_record()}
+        if self.optimizer_name != "none":
+            rec["cluster_optimizer"] = {
+                "name": self.optimizer_name,
+                "server_seconds": self.optimizer_seconds,
+            }
+        return rec

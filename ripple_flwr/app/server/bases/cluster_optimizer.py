@@ -1,15 +1,19 @@
-"""Ripple's ``cluster-optimizer``: Flower's server optimiser on every cluster model at once.
+"""``cluster-optimizer``: Flower's server optimiser on every cluster model at once.
 
-The paper moves each cluster model by eq. 9, ``theta_c += eta_s u_c`` with ``u_c`` the
-``w``-weighted mean update of the round's clients. With ``cluster-optimizer`` = ``fedyogi``,
-``fedadam`` or ``fedavgm``, cluster ``c`` is instead moved as Flower's own class would move
-it, handed one reply that holds ``theta_c + u_c`` (weight 1) so that its pseudo-gradient is
-exactly ``u_c``: Flower's arithmetic, vectorised over the K stacked clusters (one object
-per cluster cost 15x the rest of the round's server step at K = 10), with per-cluster
-moments (FedYogi's and FedAdam's ``m_t``, ``v_t``; FedAvgM's ``momentum_vector``), which a
-checkpoint saves in the form one Flower object per cluster kept. A cluster that no client
-of the round weights (zero mass) is not stepped, as Flower takes no step in a round
-without replies. The bytes of a round are unchanged: this is server work.
+Ripple's paper moves each cluster model by eq. 9, ``theta_c += eta_s u_c`` with ``u_c`` the
+``w``-weighted mean update of the round's clients; IFCA, FeSEM, PACFL and CFL
+(:mod:`ripple_flwr.app.server.bases.clustered`) set it to the mean of its members' returned
+models, which is ``theta_c + u_c`` with ``u_c`` their mean update. With
+``cluster-optimizer`` = ``fedyogi``, ``fedadam`` or ``fedavgm``, cluster ``c`` is instead
+moved as Flower's own class would move it, handed one reply that holds ``theta_c + u_c``
+(weight 1) so that its pseudo-gradient is exactly ``u_c``: Flower's arithmetic, vectorised
+over the K stacked clusters (one object per cluster cost 15x the rest of the round's server
+step at K = 10), with per-cluster moments (FedYogi's and FedAdam's ``m_t``, ``v_t``;
+FedAvgM's ``momentum_vector``), which a checkpoint saves in the form one Flower object per
+cluster kept. A cluster that no client of the round weights (zero mass) is not stepped, as
+Flower takes no step in a round without replies. A cluster split in two (CFL) gives both
+sides the parent's moments (:meth:`ClusterOptimizer.split`). The bytes of a round are
+unchanged: this is server work.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from flwr.serverapp.strategy import FedAdam, FedAvgM, FedYogi
 
 from ripple_flwr.app.protocol.records import record_to_state, state_to_record
 from ripple_flwr.app.server.bases.flower import fedopt_kwargs
-from ripple_flwr.methods.fedavgm.spec import FEDAVGM_MOMENTUM
+from ripple_flwr.methods.options import FEDAVGM_MOMENTUM
 from ripple_flwr.settings import RunSettings
 
 # name -> (Flower's class, the attributes of its object that a checkpoint saves)
@@ -191,6 +195,19 @@ class ClusterOptimizer:
                 mv[idx] = old
                 pseudo = old
         return now - self.lr * pseudo
+
+    def split(self, parent: int) -> int:
+        """A new cluster, the copy of ``parent``: its moments, its saved model and whether it
+        was stepped (CFL's split: both sides start from the parent's model, so both keep the
+        parent's moments). Returns the new cluster's index (the last)."""
+        for store in (self.m, self.v):
+            for key, value in store.items():
+                store[key] = np.concatenate([value, value[parent : parent + 1]])
+        self.started = np.append(self.started, self.started[parent])
+        cur = self.current[parent]
+        self.current.append(None if cur is None else {k: np.array(v) for k, v in cur.items()})
+        self.k += 1
+        return self.k - 1
 
     # -- checkpoint ---------------------------------------------------------------------------
     def state(self) -> list[dict[str, Any]]:
