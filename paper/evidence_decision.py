@@ -80,8 +80,17 @@ def protocol_file(d: dict[str, Any]) -> dict[str, Any]:
     p = d.get("protocol") or {}
     path = ev.ROOT / "paper" / "protocols" / f"{p.get('name')}.json"
     if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == p.get("sha256"):
-        return json.loads(path.read_text())
+        from paper.hmap import load_protocol
+
+        return load_protocol(path)  # an extension: with its base's keys
     return {}
+
+
+def runs_folder(d: dict[str, Any]) -> str:
+    """Where the map's kept runs are: named after the first protocol of the chain (an
+    extension's runs sit beside its base's, as the rows they share are the same runs)."""
+    p = d["protocol"]
+    return (p.get("extends") or {}).get("name") or p["name"]
 
 
 def recommended(d: dict[str, Any]) -> str:
@@ -98,7 +107,9 @@ def outcome(d: dict[str, Any], cell: str, row: str, metric: str) -> dict[str, An
     """What to use in ``cell`` for ``metric`` by :data:`RULE`, from ``row``'s comparisons."""
     entry = d["cells"][cell]
     rows = entry["rows"]
-    rivals = [r for r in d["protocol"]["comparisons"][row] if _applies(rows[r], metric)]
+    rivals = [
+        r for r in d["protocol"]["comparisons"][row] if r in rows and _applies(rows[r], metric)
+    ]
     compared = [row, *rivals]
     total = len(compared) * len(d["seeds"])
     missing = {r: rows[r].get("seeds_missing") or [] for r in compared}
@@ -210,7 +221,7 @@ def _mean(values: list[float]) -> float | None:
 def cost_text(d: dict[str, Any], cell: str, rows: list[str], folder: Path | None = None) -> str:
     """Bytes a round against FedAvg's, models the server holds and run time against FedAvg's
     (the same cell's kept runs; the wall times mix loads), for each row named."""
-    folder = folder or ev.RESULTS / "runs" / d["protocol"]["name"]
+    folder = folder or ev.RESULTS / "runs" / runs_folder(d)
 
     def kept(row: str) -> list[dict[str, Any]]:
         got = (_summary(folder, cell, row, d["rounds"], s) for s in d["seeds"])
@@ -244,15 +255,30 @@ def settings_text(d: dict[str, Any], row: str) -> str:
     return f'`method = "{d["rows"][row]["method"]}"`, ' + ", ".join(shown) if keys else ""
 
 
+def _extends_text(p: dict[str, Any]) -> str:
+    """An extension's base: its rows and their comparisons were fixed before this file."""
+    base = p.get("extends")
+    if not base:
+        return ""
+    return (
+        f"; it adds rows to `{base['name']}` ([its protocol](../paper/protocols/"
+        f"{base['name']}.json), committed at `{(base.get('commit') or 'no commit')[:7]}`), "
+        "whose rows, seeds and comparisons it keeps, and was committed before any run of the "
+        "rows it adds"
+    )
+
+
 def _header(d: dict[str, Any]) -> str:
     p, base = d["protocol"], d["base"]
     missing = len(d.get("missing") or [])
-    runs = len(d["cells"]) * len(d["rows"]) * len(d["seeds"])
+    runs = len(d["seeds"]) * sum(len(entry["rows"]) for entry in d["cells"].values())
     state = f"{runs - missing} of its {runs} runs kept" if missing else f"all {runs} runs kept"
     return (
         f"From the pre-registered map `{p['name']}` ([the protocol](../paper/protocols/"
         f"{p['name']}.json), committed at `{(p.get('commit') or 'no commit')[:7]}`, sha256 "
-        f"`{p['sha256'][:12]}`: cells, rows, seeds and comparisons fixed before any run): "
+        f"`{p['sha256'][:12]}`: cells, rows, seeds and comparisons fixed before any run"
+        + _extends_text(p)
+        + "): "
         f"{base['dataset']}, {base['num-partitions']} clients, {d['rounds']} rounds, fresh "
         f"federation seeds {', '.join(map(str, d['seeds']))}; {state}; read back on "
         f"{ev.machine(d)}. Margins in points of accuracy, paired per seed: mean ± the "

@@ -243,6 +243,8 @@ def map_table(
     for cell in args.cells:
         rows: dict[str, Any] = {}
         for row in args.methods:
+            if cell not in getattr(args, "row_cells", {}).get(row, [cell]):
+                continue  # the protocol runs this row in some cells only
             now = row in (args.train_only or args.methods)
             got = {
                 s: _numbers(runner.get(run_config(args, out, cell, row, s), train=now)[0])
@@ -280,6 +282,8 @@ def protocol_verdicts(
     out: dict[str, Any] = {}
     for row, rivals in comparisons.items():
         for rival in rivals:
+            if row not in rows or rival not in rows:
+                continue  # one of them is not run in this cell (row_cells)
             out[f"{row} - {rival}"] = {
                 m: paired(rows[row][m]["per_seed"], rows[rival][m]["per_seed"]) for m in METRICS
             }
@@ -316,6 +320,9 @@ def markdown(args: argparse.Namespace, cells: Mapping[str, Mapping[str, Any]]) -
     for cell, entry in cells.items():
         parts = []
         for row in args.methods:
+            if row not in entry["rows"]:
+                parts.append("not in this cell")
+                continue
             r = entry["rows"][row]
             text = " / ".join(fmt_stat(r[m], ".1f", 100) for m in METRICS)
             parts.append(text if r["final_accuracy"]["n"] else "missing")
@@ -391,13 +398,67 @@ DEFAULTS = {"cells": list(CELLS), "methods": list(ROWS), "seeds": [42, 7, 123], 
 PROTOCOL_KEYS = ("name", "seeds", "development_seeds", "rounds", "cells", "rows", "comparisons")
 
 
+# What a protocol that ``extends`` another may add; the rest is its base's, unchanged.
+EXTENSION_KEYS = ("name", "purpose", "extends", "rows", "comparisons", "row_cells")
+
+
+def _extended(path: Path, ext: dict[str, Any]) -> dict[str, Any]:
+    """``ext`` over its base (``extends``: a protocol file beside it): the base's cells,
+    seeds, rounds and comparisons unchanged, ``ext``'s rows added, each with its own
+    comparisons (every added comparison names an added row: comparing two rows whose runs
+    already exist is not pre-registration)."""
+    stray = sorted(set(ext) - set(EXTENSION_KEYS))
+    if stray:
+        raise ValueError(
+            f"protocol {path} extends {ext['extends']!r}: it may add rows and their "
+            f"comparisons only, not {', '.join(stray)} (a new protocol file changes those)"
+        )
+    base_path = path.parent / f"{ext['extends']}.json"
+    base = load_protocol(base_path)
+    added = list(ext.get("rows") or [])
+    again = sorted(set(added) & set(base["rows"]))
+    if again or not added:
+        raise ValueError(
+            f"protocol {path}: an extension adds rows not in {base['name']} "
+            + (f"(it repeats {', '.join(again)})" if again else "(it adds none)")
+        )
+    comparisons = {row: list(rivals) for row, rivals in base["comparisons"].items()}
+    for row, rivals in (ext.get("comparisons") or {}).items():
+        old = [r for r in rivals if row not in added and r not in added]
+        if old:
+            raise ValueError(
+                f"protocol {path}: compares {row} with {', '.join(old)}, rows of "
+                f"{base['name']} alone; an extension's comparisons name one of its rows"
+            )
+        comparisons[row] = comparisons.get(row, []) + [
+            r for r in rivals if r not in comparisons.get(row, [])
+        ]
+    return {
+        **base,
+        "name": ext["name"],
+        "purpose": ext.get("purpose", ""),
+        "rows": base["rows"] + added,
+        "comparisons": comparisons,
+        "row_cells": {**base.get("row_cells", {}), **ext.get("row_cells", {})},
+        "base": {
+            "name": base["name"],
+            "path": base_path,
+            "sha256": hashlib.sha256(base_path.read_bytes()).hexdigest(),
+        },
+    }
+
+
 def load_protocol(path: Path) -> dict[str, Any]:
     """A protocol file, checked: its cells and rows exist, its seeds are fresh (none of its
-    development seeds), at least 3, distinct; every compared row is one of its rows."""
+    development seeds), at least 3, distinct; every compared row is one of its rows; a row
+    limited to some cells (``row_cells``) names cells of the protocol. A file that
+    ``extends`` another adds rows to it (:func:`_extended`)."""
     try:
         proto = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise ValueError(f"protocol {path}: cannot read it as JSON ({err})") from None
+    if isinstance(proto, dict) and "extends" in proto:
+        proto = _extended(path, proto)
     missing = [k for k in PROTOCOL_KEYS if k not in proto]
     if missing:
         raise ValueError(f"protocol {path} lacks {', '.join(missing)}")
@@ -415,6 +476,12 @@ def load_protocol(path: Path) -> dict[str, Any]:
         stray = [r for r in [row, *rivals] if r not in proto["rows"]]
         if stray:
             raise ValueError(f"protocol {path}: compares {', '.join(stray)}, not among its rows")
+    for row, cells in proto.get("row_cells", {}).items():
+        stray = [c for c in cells if c not in proto["cells"]] + (
+            [] if row in proto["rows"] else [row]
+        )
+        if stray or not cells:
+            raise ValueError(f"protocol {path}: row_cells of {row} names {stray or 'no cell'}")
     return proto
 
 
@@ -438,7 +505,7 @@ def _commit_of(path: Path) -> str | None:
 def apply_protocol(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
     """``--protocol``: the file's cells, rows, seeds and rounds (flags for them refused);
     without it, the flags or their defaults."""
-    args.protocol_record = None
+    args.protocol_record, args.row_cells = None, {}
     if not args.protocol:
         for key, value in DEFAULTS.items():
             if getattr(args, key) is None:
@@ -454,13 +521,32 @@ def apply_protocol(args: argparse.Namespace, p: argparse.ArgumentParser) -> None
         p.error(str(err))
     args.cells, args.methods = list(proto["cells"]), list(proto["rows"])
     args.seeds, args.rounds = list(proto["seeds"]), int(proto["rounds"])
+    args.row_cells = dict(proto.get("row_cells", {}))
     args.protocol_record = {
         "name": proto["name"],
-        "path": str(path),
+        "path": _shown(path),
         "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
         "commit": _commit_of(path),
         "comparisons": proto["comparisons"],
+        **({"row_cells": args.row_cells} if args.row_cells else {}),
     }
+    if "base" in proto:
+        base = proto["base"]
+        args.protocol_record["extends"] = {
+            "name": base["name"],
+            "path": _shown(base["path"]),
+            "sha256": base["sha256"],
+            "commit": _commit_of(base["path"]),
+        }
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working folder when inside it (a results file names no
+    machine's home), else as it is."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def build_parser() -> argparse.ArgumentParser:

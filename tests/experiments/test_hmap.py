@@ -316,3 +316,50 @@ def test_train_only_runs_the_contenders_first_and_the_rest_waits(tmp_path, capsy
     with pytest.raises(SystemExit) as stop:
         hmap.main(["--protocol", str(path), "--train-only", "cfl", *out])
     assert stop.value.code == 2 and "not among the map's rows" in capsys.readouterr().err
+
+
+def test_an_extension_adds_rows_and_their_comparisons_and_nothing_else(tmp_path, capsys):
+    base = {
+        "name": "base",
+        "development_seeds": [42],
+        "seeds": [1, 2, 3],
+        "rounds": 30,
+        "cells": ["label-skew-0.1", "label-skew-1"],
+        "rows": ["ripple-rec", "ifca"],
+        "comparisons": {"ripple-rec": ["ifca"]},
+    }
+    ext = {
+        "name": "ext",
+        "extends": "base",
+        "rows": ["ifca-yogi", "fedavg"],
+        "comparisons": {"ripple-rec": ["ifca-yogi", "fedavg"]},
+        "row_cells": {"fedavg": ["label-skew-1"]},
+    }
+    (tmp_path / "base.json").write_text(json.dumps(base))
+    path = tmp_path / "ext.json"
+    path.write_text(json.dumps(ext))
+    merged = hmap.load_protocol(path)
+    assert merged["rows"] == ["ripple-rec", "ifca", "ifca-yogi", "fedavg"]
+    assert merged["comparisons"] == {"ripple-rec": ["ifca", "ifca-yogi", "fedavg"]}
+    assert merged["seeds"] == [1, 2, 3] and merged["base"]["name"] == "base"
+    fake = FakeTrainer()
+    out = ["--set", "num-partitions=8", "--set", "clients-per-round=4", "--out", str(tmp_path)]
+    line = run_map(["--protocol", str(path), *out], capsys, fake)
+    # 2 cells x 3 rows + fedavg in one cell, 3 seeds each.
+    assert len(fake.configs) == (2 * 3 + 1) * 3
+    assert line["protocol"]["extends"]["name"] == "base"
+    skew01 = line["cells"]["label-skew-0.1"]
+    assert "fedavg" not in skew01["rows"] and "ripple-rec - fedavg" not in skew01["protocol"]
+    assert (
+        line["cells"]["label-skew-1"]["protocol"]["ripple-rec - fedavg"]["final_accuracy"]["n"] == 3
+    )
+    # What an extension may not do: change the base's seeds, or compare two base rows.
+    for bad, said in (
+        ({**ext, "seeds": [7, 8, 9]}, "may add rows and their comparisons only"),
+        ({**ext, "comparisons": {"ifca": ["ripple-rec"]}}, "rows of base alone"),
+        ({**ext, "rows": ["ifca"]}, "it repeats ifca"),
+        ({**ext, "row_cells": {"fedavg": ["rotation"]}}, "row_cells of fedavg"),
+    ):
+        path.write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=said):
+            hmap.load_protocol(path)
