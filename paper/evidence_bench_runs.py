@@ -361,6 +361,24 @@ def flux_label_skew() -> str:
     )
 
 
+def fedgwc_watch() -> str:
+    """Inline: the round FedGWC's convergence check first fires on the map's protocol, from
+    ``benchmarks/fedgwc_watch.py`` (its own arithmetic, no model)."""
+    d = one("fedgwc_watch.json")
+    proto = d["protocol"]
+    seeds = len(next(iter(d["loss_models"].values()))["seeds"])
+    lo, hi = d["first_below_eps"]
+    split_lo, split_hi = d["first_split_tried"]
+    return (
+        f"on the map's protocol ({proto['num-partitions']} clients, "
+        f"{proto['clients-per-round']} a round, eps {d['eps']:g}) the moving mean first falls "
+        f"below eps at rounds {lo:,}-{hi:,} and the first split is tried at rounds "
+        f"{split_lo:,}-{split_hi:,} ({len(d['loss_models'])} loss models x {seeds} seeds; "
+        f"without W's change it would be round {d['bound_without_change']}; "
+        f"{link('fedgwc_watch.json')})"
+    )
+
+
 BLOCKS = {
     "docs/benchmarks.md": {
         "bench-own-data": own_data,
@@ -378,5 +396,6 @@ BLOCKS = {
         "baselines-cfl-threshold": cfl_threshold,
         "baselines-faithful": faithful,
         "baselines-flux-run": flux_label_skew,
+        "baselines-fedgwc-watch": fedgwc_watch,
     },
 }
