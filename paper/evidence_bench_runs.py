@@ -361,6 +361,31 @@ def flux_label_skew() -> str:
     )
 
 
+def pacfl_budget() -> str:
+    """Inline: PACFL's clusters under the port's per-class rule and the authors' Dirichlet
+    budget, before training (``benchmarks/pacfl_budget.py``)."""
+    d = one("pacfl_budget.json")
+
+    def ari(r: dict[str, Any]) -> str:
+        return "n/a" if r["ari"] is None else f"{r['ari']:.2f}"
+
+    cells = "; ".join(
+        f"{cell}: {c['dirichlet']['clusters']} against {c['per-class']['clusters']} "
+        f"(ARI {ari(c['dirichlet'])} / {ari(c['per-class'])})"
+        for cell, c in d["cells"].items()
+    )
+    most = {
+        rule: max(c[rule]["summary_bytes"]["max"] for c in d["cells"].values())
+        for rule in ("dirichlet", "per-class")
+    }
+    return (
+        f"clusters at beta = {d['beta']:g}, the authors' budget against p = 3 per class, "
+        f"data-seed {d['data_seed']} (ARI against the clients' dominant labels, n/a where no "
+        f"client has one): {cells}; a reply is at most {most['dirichlet']:,} bytes under the "
+        f"budget, {most['per-class']:,} per class ({link('pacfl_budget.json')})"
+    )
+
+
 def fedgwc_watch() -> str:
     """Inline: the round FedGWC's convergence check first fires on the map's protocol, from
     ``benchmarks/fedgwc_watch.py`` (its own arithmetic, no model)."""
@@ -397,5 +422,6 @@ BLOCKS = {
         "baselines-faithful": faithful,
         "baselines-flux-run": flux_label_skew,
         "baselines-fedgwc-watch": fedgwc_watch,
+        "baselines-pacfl-budget": pacfl_budget,
     },
 }
