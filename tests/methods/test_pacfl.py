@@ -241,6 +241,7 @@ def test_a_pacfl_run_refuses_the_client_that_sends_too_many_vectors(cache_dir, t
         **{
             "pacfl-budget": "dirichlet",
             "pacfl-vectors": 3,
+            "new-clients": 2,  # new clients send their vectors too, checked the same way
             "num-server-rounds": 1,
             "clients-per-round": 3,
             "results-path": str(tmp_path / "r.json"),
@@ -252,6 +253,7 @@ def test_a_pacfl_run_refuses_the_client_that_sends_too_many_vectors(cache_dir, t
     (reason,) = out["clients"]["left_out"].values()
     assert "4 vectors, more than the 3 allowed" in reason
     assert out["pacfl"]["budget"] == "dirichlet" and out["pacfl"]["vectors_sent"]["max"] <= 3
+    assert len(out["zero_shot"]["pacfl"]["labels"]) == 2  # both placed by the smallest angle
 
 
 @pytest.mark.parametrize(
