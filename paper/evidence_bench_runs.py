@@ -361,6 +361,49 @@ def flux_label_skew() -> str:
     )
 
 
+def pacfl_budget() -> str:
+    """Inline: PACFL's clusters under the port's per-class rule and the authors' Dirichlet
+    budget, before training (``benchmarks/pacfl_budget.py``)."""
+    d = one("pacfl_budget.json")
+
+    def ari(r: dict[str, Any]) -> str:
+        return "n/a" if r["ari"] is None else f"{r['ari']:.2f}"
+
+    cells = "; ".join(
+        f"{cell}: {c['dirichlet']['clusters']} against {c['per-class']['clusters']} "
+        f"(ARI {ari(c['dirichlet'])} / {ari(c['per-class'])})"
+        for cell, c in d["cells"].items()
+    )
+    most = {
+        rule: max(c[rule]["summary_bytes"]["max"] for c in d["cells"].values())
+        for rule in ("dirichlet", "per-class")
+    }
+    return (
+        f"clusters at beta = {d['beta']:g}, the authors' budget against p = 3 per class, "
+        f"data-seed {d['data_seed']} (ARI against the clients' dominant labels, n/a where no "
+        f"client has one): {cells}; a reply is at most {most['dirichlet']:,} bytes under the "
+        f"budget, {most['per-class']:,} per class ({link('pacfl_budget.json')})"
+    )
+
+
+def fedgwc_watch() -> str:
+    """Inline: the round FedGWC's convergence check first fires on the map's protocol, from
+    ``benchmarks/fedgwc_watch.py`` (its own arithmetic, no model)."""
+    d = one("fedgwc_watch.json")
+    proto = d["protocol"]
+    seeds = len(next(iter(d["loss_models"].values()))["seeds"])
+    lo, hi = d["first_below_eps"]
+    split_lo, split_hi = d["first_split_tried"]
+    return (
+        f"on the map's protocol ({proto['num-partitions']} clients, "
+        f"{proto['clients-per-round']} a round, eps {d['eps']:g}) the moving mean first falls "
+        f"below eps at rounds {lo:,}-{hi:,} and the first split is tried at rounds "
+        f"{split_lo:,}-{split_hi:,} ({len(d['loss_models'])} loss models x {seeds} seeds; "
+        f"without W's change it would be round {d['bound_without_change']}; "
+        f"{link('fedgwc_watch.json')})"
+    )
+
+
 BLOCKS = {
     "docs/benchmarks.md": {
         "bench-own-data": own_data,
@@ -378,5 +421,7 @@ BLOCKS = {
         "baselines-cfl-threshold": cfl_threshold,
         "baselines-faithful": faithful,
         "baselines-flux-run": flux_label_skew,
+        "baselines-fedgwc-watch": fedgwc_watch,
+        "baselines-pacfl-budget": pacfl_budget,
     },
 }

@@ -11,6 +11,7 @@ model, on equal terms with Ripple's ``-yogi`` rows.
 from __future__ import annotations
 
 from ripple_flwr.methods.options import CLUSTER_OPTIMIZER
+from ripple_flwr.methods.pacfl.spec import PACFL_BUDGET
 from ripple_flwr.methods.registry import METHODS
 from ripple_flwr.methods.ripple.spec import PRESETS as RIPPLE_PRESETS
 from ripple_flwr.settings import ROUTERS, SAMPLINGS
@@ -45,6 +46,19 @@ def _baseline_yogi_row(name: str) -> dict[str, dict]:
 def _recommended_row(name: str) -> dict[str, dict]:
     """``<name>-rec``: the recommended configuration (:data:`RECOMMENDED`)."""
     return {f"{name}-rec": {"method": name, **RECOMMENDED}}
+
+
+# A rival as its authors ran it, beside the port's default (issue 62, "rivals on equal
+# terms"): method -> (row suffix, {key: value}) of its own options.
+OPTION_ROWS: dict[str, tuple[tuple[str, dict], ...]] = {
+    # PACFL with the authors' vectors budget for Dirichlet splits (20 spread by class share).
+    "pacfl": (("dirichlet", {PACFL_BUDGET.key: "dirichlet"}),),
+}
+
+
+def _option_rows(name: str) -> dict[str, dict]:
+    """``<name>-<suffix>``: the method with some of its own options set (:data:`OPTION_ROWS`)."""
+    return {f"{name}-{tag}": {"method": name, **keys} for tag, keys in OPTION_ROWS.get(name, ())}
 
 
 def benchmark_variants() -> dict[str, dict]:
@@ -94,6 +108,7 @@ def map_rows() -> dict[str, dict]:
         if not spec.needs_router:
             out[name] = {"method": name}
             out.update(_baseline_yogi_row(name))
+            out.update(_option_rows(name))
             continue
         for router in ROUTERS:
             for sampling in SAMPLINGS:

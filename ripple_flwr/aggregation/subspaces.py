@@ -9,6 +9,14 @@ Following ``MMorafah/PACFL`` (``main_pacfl.py`` and ``src/clustering/hierarchica
   authors' code keeps LAPACK's sign). They are laid out in a fixed ``(num_classes, p, d)``
   block, a class the client lacks left as zeros, so that every reply has the same checked
   length.
+- **Budget under a Dirichlet split** (:func:`dirichlet_budget`, :func:`budget_subspaces`).
+  For ``noniid-labeldir`` the authors' ``main_pacfl.py`` gives each class held a number of
+  vectors out of a budget of 20 instead of ``p``: a class whose share is at least
+  ``1/(classes held) + 0.05`` weighs its raw image count, any other its share (a fraction),
+  the weights are scaled to sum to the budget and rounded by their ``round_to``
+  (``src/clustering/hierarchical_clustering.py``). The dominant classes take nearly the
+  whole budget; a class rounded to 0 sends nothing. Only the vectors are sent (classes in
+  ascending order), so the reply's length varies, at most ``budget x d`` floats.
 - **Proximity.** ``A[i, j]`` is the smallest angle, in degrees, between any column of
   client i's basis and any column of client j's: ``min arccos(clip(U_i^T U_j, -1, 1))``.
   This is the authors' measure (not the smallest principal angle, which would need an SVD
@@ -53,6 +61,73 @@ def class_subspaces(images: np.ndarray, labels: np.ndarray, num_classes: int, p:
         keep = u[:, :p].T  # (m, d), m <= p
         out[c, : len(keep)] = canonical_signs(keep).astype(np.float32)
     return out
+
+
+def dirichlet_budget(counts: np.ndarray, budget: int) -> np.ndarray:
+    """Vectors per class under the authors' Dirichlet rule (``main_pacfl.py``, ``budget = 20``).
+
+    ``counts`` are the client's training images per class (length ``num_classes``); the
+    classes with none are not held and get 0. Transcribed step by step, in the authors'
+    order of operations (classes ascending, Python sums), so the counts are theirs.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    held = [int(c) for c in np.flatnonzero(counts > 0)]
+    out = np.zeros(len(counts), dtype=np.int64)
+    if not held:
+        return out
+    if budget < 1:
+        raise ValueError(f"budget must be >= 1, got {budget}")
+    total = sum(int(counts[c]) for c in held)
+    base = 1 / len(held)
+    weight = {}
+    for c in held:
+        share = int(counts[c]) / total
+        # The quirk: a dominant class weighs its raw count, the others their share.
+        weight[c] = float(counts[c]) if share >= base + 0.05 else share
+    scale = sum(weight.values())
+    scaled = [(weight[c] / scale) * budget for c in held]
+    for c, k in zip(held, _round_to(scaled, budget), strict=True):
+        out[c] = k
+    return out
+
+
+def _round_to(percents: list[float], budget: int) -> list[int]:
+    """The authors' ``round_to``: floors, then +1 where it adds the least squared error."""
+    if not np.isclose(sum(percents), budget):
+        raise ValueError(f"the shares sum to {sum(percents)}, not {budget}")
+    rounded = [int(x) for x in percents]
+    up = budget - sum(rounded)
+    pairs = enumerate(zip(percents, rounded, strict=True))
+    errors = sorted((_error(x, r + 1) - _error(x, r), i) for i, (x, r) in pairs)
+    for _, i in errors[:up]:
+        rounded[i] += 1
+    return rounded
+
+
+def _error(actual: float, rounded: int) -> float:
+    """The authors' ``error_gen``."""
+    return abs(rounded - actual) ** 2 / np.sqrt(1.0 if actual < 1.0 else actual)
+
+
+def budget_subspaces(
+    images: np.ndarray, labels: np.ndarray, num_classes: int, budget: int
+) -> np.ndarray:
+    """The vectors of :func:`dirichlet_budget`, ``(k, d)`` float32 with ``k <= budget``.
+
+    Class ``c`` sends its first ``dirichlet_budget(...)[c]`` left singular vectors (fewer
+    if it has fewer images, as the authors' ``u[:, 0:K]``), classes in ascending order,
+    each vector's sign as :func:`canonical_signs` turns it.
+    """
+    y = np.asarray(labels, dtype=np.int64)
+    if len(y) and not 0 <= y.min() <= y.max() < num_classes:
+        raise ValueError(f"labels outside [0, {num_classes})")
+    per_class = dirichlet_budget(np.bincount(y, minlength=num_classes), budget)
+    most = int(per_class.max()) if len(per_class) else 0
+    if most == 0:
+        return np.zeros((0, int(np.prod(np.shape(images)[1:]))), dtype=np.float32)
+    blocks = class_subspaces(images, labels, num_classes, most)
+    rows = [blocks[c, : min(int(k), int((y == c).sum()))] for c, k in enumerate(per_class)]
+    return np.concatenate(rows).astype(np.float32, copy=False)
 
 
 def canonical_signs(vectors: np.ndarray) -> np.ndarray:

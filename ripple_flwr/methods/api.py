@@ -93,6 +93,25 @@ class Accepted:
     metrics: dict[str, int | float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class SummaryRows:
+    """A one-shot summary of a varying number of rows (PACFL's Dirichlet budget).
+
+    A reply sends any whole number of ``width``-float rows, at most ``most`` of them; the
+    server checks that (and every value finite) before reading it, and pads the summary
+    with zero rows to ``most x width`` floats so that every client's has one length. The
+    bytes counted are the reply's own.
+    """
+
+    width: int
+    most: int
+
+    @property
+    def size(self) -> int:
+        """The padded length, ``most x width`` floats."""
+        return int(self.width) * int(self.most)
+
+
 @dataclass
 class QueryResult:
     """The usable clients, ordered by partition id, and why the others were left out."""
@@ -235,9 +254,10 @@ class Method:
 
     state_fields: ClassVar[tuple[str, ...]] = ()
     run: RunView
-    # The one-shot summary the clients send in the query round (kind, length) and the extra
-    # ArrayRecords every training reply must carry (SCAFFOLD's control delta).
-    query_summary: tuple[str, int | None] = ("none", None)
+    # The one-shot summary the clients send in the query round (kind, length: a fixed number
+    # of floats, or SummaryRows for a varying number of rows) and the extra ArrayRecords
+    # every training reply must carry (SCAFFOLD's control delta).
+    query_summary: tuple[str, int | SummaryRows | None] = ("none", None)
     extra_reply_references: dict[str, Any] = {}  # noqa: RUF012 - read-only, never mutated
     num_models: int = 1  # how many models the server holds (and could hand a new client)
 

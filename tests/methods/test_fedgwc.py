@@ -90,3 +90,25 @@ def test_bad_fedgwc_options_are_refused_in_one_line(key, value):
     with pytest.raises(ConfigError) as err:
         parse_run_config({"method": "fedgwc", key: value})
     assert key in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_round_the_docs_give_for_the_first_split_is_what_the_arithmetic_gives():
+    """docs/baselines.md quotes docs/results/fedgwc_watch.json: the port's own functions,
+    run alone, reproduce it (one loss model and seed, bit for bit), and it is far beyond
+    both the bound that ignores W's change and the map's 100 rounds."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location(
+        "fedgwc_watch", root / "benchmarks/fedgwc_watch.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    kept = json.loads((root / "docs/results/fedgwc_watch.json").read_text())
+    n, m = kept["protocol"]["num-partitions"], kept["protocol"]["clients-per-round"]
+    got = bench.first_fires("iid", 42, n, m, kept["eps"], kept["steps"], 10_000)
+    assert got == kept["loss_models"]["iid"]["seeds"]["42"]
+    assert kept["bound_without_change"] == 110 and kept["watch"] == 10
+    assert min(kept["first_below_eps"]) > 1000  # the map runs 100 rounds, Table 1 300

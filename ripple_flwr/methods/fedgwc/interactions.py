@@ -8,7 +8,9 @@
 - :func:`update_interactions` (``_update_W``): for every pair (i, j) of sampled members,
   ``W[i, j] <- (1 - a) W[i, j] + a r_i / sum r`` with ``a = m / K_c`` (the members sampled
   over the cluster's size); returns the mean squared change of the block, which the caller
-  folds into a moving mean with the same ``a``.
+  folds into a moving mean with the same ``a`` (:func:`moving_mse`, starting at 1); the
+  cluster has converged once that mean stays below ``eps`` for :func:`watch_rounds` rounds
+  in a row (``benchmarks/fedgwc_watch.py`` runs this arithmetic alone to find the round).
 - :func:`affinity` (``_compute_P``): client i's vector is column i of W (min-max scaled over
   the whole matrix); ``P[i, j] = exp(-gamma ||x_i - x_j||^2)`` with entries i and j left out
   of both vectors; zero diagonal.
@@ -50,6 +52,18 @@ def update_interactions(
     old = matrix[block].copy()
     matrix[block] = (1.0 - rate) * old + rate * (r / r.sum())[:, None]
     return float(np.mean((matrix[block] - old) ** 2))
+
+
+def moving_mse(mse: float, change: float, rate: float) -> float:
+    """The moving mean of W's squared change, one round on: ``(1 - a) mse + a change``."""
+    return (1.0 - rate) * mse + rate * change
+
+
+def watch_rounds(num_clients: int, per_round: int) -> int:
+    """Rounds in a row the moving mean must stay below ``eps``: ``round(N / m)``, at least 1,
+    the rounds a client waits on average to be sampled once (the authors' ``round(K_c / m)``
+    under their per-cluster sample)."""
+    return max(1, round(num_clients / per_round))
 
 
 def affinity(matrix: np.ndarray, gamma: float) -> np.ndarray:

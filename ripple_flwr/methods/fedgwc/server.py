@@ -46,7 +46,9 @@ from ripple_flwr.methods.fedgwc.interactions import (
     affinity,
     best_split,
     gaussian_rewards,
+    moving_mse,
     update_interactions,
+    watch_rounds,
 )
 from ripple_flwr.methods.fedgwc.spec import (
     FEDGWC_EPS,
@@ -136,7 +138,7 @@ class FedGWCMethod(ClusterModels):
         labels = [self._sent_from[a.row] for a in accepted]
         self.average_into_clusters(server_round, accepted, labels)
         per_round = self.settings.training.clients_per_round
-        watch = max(1, round(len(self.assignment) / per_round))
+        watch = watch_rounds(len(self.assignment), per_round)
         for c in range(self.num_models):
             mine = [a for a, lab in zip(accepted, labels, strict=True) if lab == c]
             size = len(self.members[c])
@@ -148,7 +150,7 @@ class FedGWCMethod(ClusterModels):
             rewards = gaussian_rewards(losses, np.array([a.num_examples for a in mine]))
             rate = len(mine) / size
             change = update_interactions(self.interactions[c], at, rewards, rate)
-            self.mse[c] = (1.0 - rate) * self.mse[c] + rate * change
+            self.mse[c] = moving_mse(self.mse[c], change, rate)
             if self.mse[c] < FEDGWC_EPS.of(self.settings):
                 self.patience[c] += 1
             else:

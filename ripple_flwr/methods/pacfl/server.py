@@ -24,7 +24,9 @@ authors cluster their unseen clients together with the training ones from the st
 transductive step that needs them before training); here they are assigned after training
 by the smallest angle, as the paper describes for newcomers. Under a Dirichlet split their
 code varies the vectors per class within a budget of 20 (with a quirk that replaces a
-dominant class's share by its raw count); here every class gets ``pacfl-p``. Their
+dominant class's share by its raw count); here every class gets ``pacfl-p`` unless
+``pacfl-budget = dirichlet`` asks for their rule (``pacfl-vectors`` in all; the server
+checks each reply's count against it and pads it to one length). Their
 threshold was tuned per dataset by test accuracy; ``pacfl-beta``'s default was chosen on a
 federation no table scores (``benchmarks/pacfl_beta.py``).
 """
@@ -47,8 +49,14 @@ from ripple_flwr.aggregation.subspaces import (
 from ripple_flwr.app.server.bases.clustered import ClusterModels
 from ripple_flwr.app.server.replies.validation import Accepted
 from ripple_flwr.app.server.roster.query import QueryResult
-from ripple_flwr.methods.api import Onboarding
-from ripple_flwr.methods.pacfl.spec import PACFL_BETA, PACFL_LINKAGE, PACFL_P
+from ripple_flwr.methods.api import Onboarding, SummaryRows
+from ripple_flwr.methods.pacfl.spec import (
+    PACFL_BETA,
+    PACFL_BUDGET,
+    PACFL_LINKAGE,
+    PACFL_P,
+    PACFL_VECTORS,
+)
 from ripple_flwr.methods.spec import MethodInputs, MethodSpec
 from ripple_flwr.settings import RunSettings
 
@@ -61,10 +69,12 @@ class PACFLMethod(ClusterModels):
     Parameters
     ----------
     settings : RunSettings
-        Its options ``pacfl-p``, ``pacfl-beta``, ``pacfl-linkage``.
+        Its options ``pacfl-p``, ``pacfl-beta``, ``pacfl-linkage``, ``pacfl-budget``,
+        ``pacfl-vectors``.
     initial_state : the one initial model every cluster model starts from.
     image_shape : the run's ``(C, H, W)``: a subspace vector has ``C x H x W`` entries.
-    num_classes : the run's classes: a client sends ``num_classes x pacfl-p`` vectors.
+    num_classes : the run's classes: a client sends ``num_classes x pacfl-p`` vectors (with
+        ``pacfl-budget = dirichlet``: at most ``pacfl-vectors``).
     truth : the true mixtures pi* by partition id, for the ARI of the clusters.
     """
 
@@ -82,10 +92,18 @@ class PACFLMethod(ClusterModels):
         self.initial_state = initial_state
         self.d = int(np.prod(image_shape))
         self.p = PACFL_P.of(settings)
+        self.budget = PACFL_BUDGET.of(settings)
         # What each client sends in the one-shot query round (the engine's roster asks it).
-        # Its own summary (client.py: summary), asked for in the one-shot round.
-        self.query_summary = ("method", subspace_size(num_classes, self.p, self.d))
-        self.subspaces = np.zeros((0, self.query_summary[1]), dtype=np.float32)  # by row
+        # Its own summary (client.py: summary), asked for in the one-shot round: a fixed
+        # (C, p, d) block, or (dirichlet) up to pacfl-vectors rows of d, padded on arrival.
+        if self.budget == "dirichlet":
+            rows = SummaryRows(self.d, PACFL_VECTORS.of(settings))
+            self.query_summary = ("method", rows)
+            self.summary_floats = rows.size
+        else:
+            self.summary_floats = subspace_size(num_classes, self.p, self.d)
+            self.query_summary = ("method", self.summary_floats)
+        self.subspaces = np.zeros((0, self.summary_floats), dtype=np.float32)  # by row
         self.proximity = np.zeros((0, 0))  # A between the training clients, degrees
         self.new_record: dict[str, Any] = {}
 
@@ -173,10 +191,12 @@ class PACFLMethod(ClusterModels):
         off = self.proximity[~np.eye(len(self.proximity), dtype=bool)]
         rec["pacfl"] = {
             "p": self.p,
+            "budget": self.budget,
+            **self._vector_counts(),
             "beta": PACFL_BETA.of(self.settings),
             "linkage": PACFL_LINKAGE.of(self.settings),
             "vector_size": self.d,
-            "summary_floats": int(self.query_summary[1]),
+            "summary_floats": int(self.summary_floats),
             "clusters": self.num_models,
             "angles": {
                 "min": float(off.min()) if off.size else None,
@@ -185,6 +205,21 @@ class PACFLMethod(ClusterModels):
             },
         }
         return rec
+
+    def _vector_counts(self) -> dict[str, Any]:
+        """With the Dirichlet budget: its size and the vectors each training client sent."""
+        if self.budget != "dirichlet":
+            return {}
+        known = len(self.proximity)
+        sent = [len(b) for b in self.bases(self.subspaces[:known], known)]
+        return {
+            "vectors": PACFL_VECTORS.of(self.settings),
+            "vectors_sent": {
+                "min": int(min(sent)) if sent else None,
+                "median": float(np.median(sent)) if sent else None,
+                "max": int(max(sent)) if sent else None,
+            },
+        }
 
 
 # What the registry builds for this folder's entries (ripple_flwr.methods.spec.MethodSpec.make).

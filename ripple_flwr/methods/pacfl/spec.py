@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ripple_flwr.methods import options as o
 from ripple_flwr.methods.spec import MethodSpec
-from ripple_flwr.settings import Option
+from ripple_flwr.settings import Option, RunSettings
 
 PACFL_P = Option(
     "pacfl-p",
@@ -40,6 +40,36 @@ PACFL_LINKAGE = Option(
     choices=("average", "maximum", "minimum"),
 )
 
+PACFL_BUDGET = Option(
+    "pacfl-budget",
+    str,
+    "per-class",
+    "PACFL: how many vectors each class sends: per-class (pacfl-p for every class held, the "
+    "authors' label splits) or dirichlet (the authors' rule for Dirichlet splits: "
+    "pacfl-vectors spread over the classes, a dominant class weighing its raw count)",
+    choices=("per-class", "dirichlet"),
+)
+
+PACFL_VECTORS = Option(
+    "pacfl-vectors",
+    int,
+    20,
+    "PACFL: with pacfl-budget = dirichlet, the vectors each client sends in all (the "
+    "authors' budget: 20); the server refuses a reply with more",
+    low=1,
+    high=500,
+)
+
+
+def unread(settings: RunSettings) -> dict[str, str]:
+    """PACFL's keys it does not read under these settings: one budget rule's key each, and
+    the optimiser keys the chosen ``cluster-optimizer`` does not read."""
+    out = o.optimizer_unread(settings)
+    if PACFL_BUDGET.of(settings) == "dirichlet":
+        return {**out, PACFL_P.key: "read only with pacfl-budget='per-class'"}
+    return {**out, PACFL_VECTORS.key: "read only with pacfl-budget='dirichlet'"}
+
+
 SPECS = (
     MethodSpec(
         "pacfl",
@@ -48,8 +78,15 @@ SPECS = (
         models="clusters",
         exports="none",
         family="clustered",
-        options=(PACFL_P, PACFL_BETA, PACFL_LINKAGE, *o.OPTIMIZER_OPTIONS),
-        unread=o.optimizer_unread,
+        options=(
+            PACFL_P,
+            PACFL_BETA,
+            PACFL_LINKAGE,
+            PACFL_BUDGET,
+            PACFL_VECTORS,
+            *o.OPTIMIZER_OPTIONS,
+        ),
+        unread=unread,
         benchmarks=("table2", "map"),
     ),
 )

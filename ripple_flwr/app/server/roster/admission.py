@@ -32,6 +32,7 @@ from ripple_flwr.app.server.roster.query import (
     query_round,
     split_new,
 )
+from ripple_flwr.methods.api import SummaryRows
 from ripple_flwr.settings import RunSettings
 
 log = logging.getLogger("flwr.ripple")
@@ -48,11 +49,14 @@ class ClientRoster:
         The run (partitions, new clients, timeouts, clients per round).
     summary_kind : str
         What the one-shot round asks each node for (``embedding | mean | none``).
-    summary_dim : int, optional
-        The summary's length, checked on every reply.
+    summary_dim : int or SummaryRows, optional
+        The summary's length (or its most rows, :class:`~ripple_flwr.methods.api.SummaryRows`),
+        checked on every reply.
     """
 
-    def __init__(self, settings: RunSettings, summary_kind: str, summary_dim: int | None) -> None:
+    def __init__(
+        self, settings: RunSettings, summary_kind: str, summary_dim: int | SummaryRows | None
+    ) -> None:
         self.settings = settings
         self.summary_kind = summary_kind
         self.summary_dim = summary_dim

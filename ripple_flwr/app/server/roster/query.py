@@ -42,7 +42,7 @@ from ripple_flwr.app.server.roster.own_data import (
     check_local_info,
 )
 from ripple_flwr.app.server.rounds.grid import send_and_receive
-from ripple_flwr.methods.api import QueryResult
+from ripple_flwr.methods.api import QueryResult, SummaryRows
 from ripple_flwr.runs.results import message_nbytes
 
 log = logging.getLogger("flwr.ripple")
@@ -53,13 +53,21 @@ MAX_SECONDS = 86_400.0  # a client's reported embedding time: a day at most
 NPY_HEADER_LIMIT = 4096  # bytes of a .npy header beyond the data itself
 
 
-def validate_summary(record: RecordDict, kind: str, dim: int | None) -> np.ndarray | None:
-    """The summary vector of a query reply, or ``ValueError`` saying what is wrong with it."""
+def validate_summary(
+    record: RecordDict, kind: str, dim: int | SummaryRows | None
+) -> np.ndarray | None:
+    """The summary vector of a query reply, or ``ValueError`` saying what is wrong with it.
+
+    ``dim``: the summary's length, or :class:`SummaryRows` (a varying number of rows, at
+    most ``most``: returned padded with zero rows to ``most x width``), or ``None`` (any).
+    """
     if kind == "none":
         return None
     array = summary_array(record)
     if array is None:
         raise ValueError(f"reply has no {kind} summary")
+    if isinstance(dim, SummaryRows):
+        return _summary_rows(array, kind, dim)
     # Before decoding: the bytes must fit the promised length (a header may claim 2**40 floats).
     if dim is not None and (
         tuple(array.shape) != (dim,) or len(array.data) > dim * 8 + NPY_HEADER_LIMIT
@@ -72,16 +80,49 @@ def validate_summary(record: RecordDict, kind: str, dim: int | None) -> np.ndarr
         raise ValueError(f"{kind} has shape {phi.shape}, expected ({dim},)")
     if not np.issubdtype(phi.dtype, np.floating):
         raise ValueError(f"{kind} has dtype {phi.dtype}, expected floats")
+    with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf: refused
+        phi = phi.astype(np.float32, copy=False)
     if not np.all(np.isfinite(phi)):
-        raise ValueError(f"{kind} contains NaN or Inf")
-    return phi.astype(np.float32, copy=False)
+        raise ValueError(f"{kind} contains NaN or Inf (or a value beyond float32's range)")
+    return phi
+
+
+def _summary_rows(array: Any, kind: str, rows: SummaryRows) -> np.ndarray:
+    """A summary of whole rows, at most ``rows.most``, finite; padded to ``rows.size``."""
+    shape = tuple(array.shape)
+    # Before decoding: the declared length and the bytes must fit the most rows allowed.
+    if len(shape) != 1:
+        raise ValueError(f"{kind} is declared {shape}, expected one flat vector of rows")
+    length = int(shape[0])
+    if length % rows.width:
+        raise ValueError(
+            f"{kind} has {length} floats, not a whole number of {rows.width}-float vectors"
+        )
+    if length // rows.width > rows.most:
+        raise ValueError(
+            f"{kind} sends {length // rows.width} vectors, more than the {rows.most} allowed"
+        )
+    if len(array.data) > length * 8 + NPY_HEADER_LIMIT:
+        raise ValueError(f"{kind} is declared ({length},) in {len(array.data)} bytes")
+    phi = array.numpy()
+    if phi.shape != (length,):
+        raise ValueError(f"{kind} has shape {phi.shape}, expected ({length},)")
+    if not np.issubdtype(phi.dtype, np.floating):
+        raise ValueError(f"{kind} has dtype {phi.dtype}, expected floats")
+    with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf: refused
+        phi = phi.astype(np.float32, copy=False)
+    if not np.all(np.isfinite(phi)):
+        raise ValueError(f"{kind} contains NaN or Inf (or a value beyond float32's range)")
+    out = np.zeros(rows.size, dtype=np.float32)
+    out[:length] = phi
+    return out
 
 
 def _read_query_reply(
     msg: Message,
     nid: int,
     kind: str,
-    dim: int | None,
+    dim: int | SummaryRows | None,
     num_partitions: int,
     local: LocalData | None,
 ) -> tuple[tuple, int, tuple | None]:
@@ -125,7 +166,7 @@ def query_round(
     grid: Grid,
     node_ids: Sequence[int],
     kind: str,
-    dim: int | None,
+    dim: int | SummaryRows | None,
     num_partitions: int,
     timeout: float,
     taken: Iterable[int] = (),
