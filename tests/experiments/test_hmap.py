@@ -244,11 +244,18 @@ def test_where_they_win_groups_each_added_rows_cells_by_verdict():
     )
 
 
-def test_the_committed_protocol_is_fresh_and_names_only_what_the_map_has():
-    proto = hmap.load_protocol(Path(hmap.__file__).parent / "protocols" / "map-fresh-1.json")
+@pytest.mark.parametrize(
+    "path", sorted((Path(hmap.__file__).parent / "protocols").glob("*.json")), ids=lambda p: p.stem
+)
+def test_every_committed_protocol_is_fresh_and_names_only_what_the_map_has(path):
+    proto = hmap.load_protocol(path)
     assert not set(proto["seeds"]) & {0, 42, 7, 123, 5, 9} and len(proto["seeds"]) == 5
     assert proto["recommended"] in proto["rows"] and proto["paper_row"] in proto["rows"]
     assert "ifca" in proto["rows"] and set(proto["cells"]) == set(hmap.CELLS)
+    # Each Ripple row of the headline is compared with every rival the protocol runs.
+    for row in (proto["recommended"], proto["paper_row"]):
+        rivals = set(proto["rows"]) - {row, proto["recommended"], *proto["references"]}
+        assert rivals <= set(proto["comparisons"][row])
 
 
 def test_a_protocol_fixes_the_runs_and_its_comparisons_use_shared_seeds(tmp_path, capsys):
