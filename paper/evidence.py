@@ -94,9 +94,17 @@ def summaries(folder: str) -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
+# The option rows of a baseline, ``<method>-<suffix>`` (paper/variants.py's map rows).
+OPTION_LABELS = {"yogi": "FedYogi per cluster", "dirichlet": "the authors' Dirichlet budget"}
+
+
 def label(name: str, k: int | None = None) -> str:
     """A row's name as the pages write it; ``k`` adds the K a sweep chose."""
-    text = LABELS.get(name, name)
+    text = LABELS.get(name)
+    if text is None:  # a baseline with an option row (paper/variants.py): its base's name
+        base, _, option = name.rpartition("-")
+        known = base in LABELS and option in OPTION_LABELS
+        text = f"{LABELS[base]} ({OPTION_LABELS[option]})" if known else name
     return f"{text} (K = {k})" if k is not None else text
 
 

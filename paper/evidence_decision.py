@@ -37,7 +37,6 @@ WHO_LONG = {"final_accuracy": "Training clients", "zero_shot_accuracy": "New cli
 NAMES = {
     "ripple-rec": "Ripple (recommended)",
     "ripple-strat": "Ripple-Strat (paper)",
-    "ifca-yogi": "IFCA (FedYogi per cluster)",
 }
 # The cells in words (what a user knows about their clients); the settings are the map's.
 KINDS = {
@@ -261,10 +260,10 @@ def _extends_text(p: dict[str, Any]) -> str:
     if not base:
         return ""
     return (
-        f"; it adds rows to `{base['name']}` ([its protocol](../paper/protocols/"
-        f"{base['name']}.json), committed at `{(base.get('commit') or 'no commit')[:7]}`), "
-        "whose rows, seeds and comparisons it keeps, and was committed before any run of the "
-        "rows it adds"
+        ", before any run of the rows it adds, with their comparisons; it extends "
+        f"`{base['name']}` ([its protocol](../paper/protocols/{base['name']}.json), "
+        f"committed at `{(base.get('commit') or 'no commit')[:7]}` before any of its runs: "
+        "cells, rows, seeds and comparisons), keeping all of it"
     )
 
 
@@ -276,8 +275,12 @@ def _header(d: dict[str, Any]) -> str:
     return (
         f"From the pre-registered map `{p['name']}` ([the protocol](../paper/protocols/"
         f"{p['name']}.json), committed at `{(p.get('commit') or 'no commit')[:7]}`, sha256 "
-        f"`{p['sha256'][:12]}`: cells, rows, seeds and comparisons fixed before any run"
-        + _extends_text(p)
+        f"`{p['sha256'][:12]}`"
+        + (
+            _extends_text(p)
+            if p.get("extends")
+            else ": cells, rows, seeds and comparisons fixed before any run"
+        )
         + "): "
         f"{base['dataset']}, {base['num-partitions']} clients, {d['rounds']} rounds, fresh "
         f"federation seeds {', '.join(map(str, d['seeds']))}; {state}; read back on "
@@ -350,7 +353,8 @@ def paper_row(d: dict[str, Any] | None = None) -> str:
     if d is None or "protocol" not in d:
         return "**Not run yet**: no pre-registered map's read-back is committed."
     rec = recommended(d)
-    others = [r for r in d["protocol"]["comparisons"] if r != rec]
+    paper = protocol_file(d).get("paper_row")
+    others = [paper] if paper else [r for r in d["protocol"]["comparisons"] if r != rec]
     lines = []
     for row in others:
         rivals = ", ".join(map(name, d["protocol"]["comparisons"][row]))
