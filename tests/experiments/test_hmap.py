@@ -54,6 +54,18 @@ def test_every_cell_row_and_seed_runs_once_with_its_shift_and_new_clients(tmp_pa
     assert Path(line["plot"]).is_file()
 
 
+# A small protocol: one cell, three rows, three seeds no development run used.
+PROTOCOL = {
+    "name": "test-protocol",
+    "development_seeds": [42],
+    "seeds": [1, 2, 3],
+    "rounds": 30,
+    "cells": ["label-skew-0.1"],
+    "rows": ["ripple-rec", "ifca", "fedavg"],
+    "comparisons": {"ripple-rec": ["ifca", "fedavg"]},
+}
+
+
 def test_the_margin_is_the_best_ripple_variant_minus_the_best_other_paired_per_seed():
     def stat(per_seed):
         from ripple_flwr.runs.statistics import seed_stats
@@ -259,15 +271,7 @@ def test_every_committed_protocol_is_fresh_and_names_only_what_the_map_has(path)
 
 
 def test_a_protocol_fixes_the_runs_and_its_comparisons_use_shared_seeds(tmp_path, capsys):
-    proto = {
-        "name": "test-protocol",
-        "development_seeds": [42],
-        "seeds": [1, 2, 3],
-        "rounds": 30,
-        "cells": ["label-skew-0.1"],
-        "rows": ["ripple-rec", "ifca", "fedavg"],
-        "comparisons": {"ripple-rec": ["ifca", "fedavg"]},
-    }
+    proto = dict(PROTOCOL)
     path = tmp_path / "p.json"
     path.write_text(json.dumps(proto))
     fake = FakeTrainer()
@@ -294,15 +298,7 @@ def test_a_protocol_fixes_the_runs_and_its_comparisons_use_shared_seeds(tmp_path
 
 
 def test_train_only_runs_the_contenders_first_and_the_rest_waits(tmp_path, capsys):
-    proto = {
-        "name": "test-protocol",
-        "development_seeds": [42],
-        "seeds": [1, 2, 3],
-        "rounds": 30,
-        "cells": ["label-skew-0.1"],
-        "rows": ["ripple-rec", "ifca", "fedavg"],
-        "comparisons": {"ripple-rec": ["ifca", "fedavg"]},
-    }
+    proto = dict(PROTOCOL)
     path = tmp_path / "p.json"
     path.write_text(json.dumps(proto))
     out = ["--set", "num-partitions=8", "--set", "clients-per-round=4", "--out", str(tmp_path)]
