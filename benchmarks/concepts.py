@@ -38,16 +38,16 @@ DEV_SEEDS = (42, 7, 123)  # the development seeds (issue 62): no verdict is draw
 MIN_COUNT = 20
 
 
-def one(cell: str, seed: int) -> dict:
+def one(cell: str, seed: int, min_count: int = MIN_COUNT) -> dict:
     keys = {k: v for k, v in CELLS[cell].items() if k != ROW_KEYS}
     alpha = keys.get("alpha", BASE.get("alpha"))
     settings = parse_run_config({**BASE, **keys, "alpha-new": alpha, "data-seed": seed})
     fed = cached_federation(settings)
     c, d = fed.dataset.num_classes, int(np.prod(fed.dataset.image_shape))
     blocks = [
-        cm.label_block(*fed.client_data(p)[:2], c, MIN_COUNT) for p in range(fed.num_partitions)
+        cm.label_block(*fed.client_data(p)[:2], c, min_count) for p in range(fed.num_partitions)
     ]
-    stacks, _ = cm.read_blocks(np.stack(blocks), c, d, MIN_COUNT)
+    stacks, _ = cm.read_blocks(np.stack(blocks), c, d, min_count)
     n = fed.num_train_partitions
     train = stacks.select(np.arange(n))
     truth = fed.concept_mixtures()
@@ -55,6 +55,7 @@ def one(cell: str, seed: int) -> dict:
     w, _ = cm.unmix(stacks, found)
     out = {
         "labels_kept": float(train.mask.sum(axis=1).mean()),
+        "clients_keeping_none": int((~train.mask.any(axis=1)).sum()),
         "concepts": found.num_concepts,
         "ari_train": None if truth is None else hard_ari(truth[:n], w[:n].argmax(1))[0],
         "ari_new": None if truth is None else hard_ari(truth[n:], w[n:].argmax(1))[0],
@@ -82,13 +83,22 @@ def one(cell: str, seed: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=list(DEV_SEEDS))
+    ap.add_argument(
+        "--min-count", type=int, default=MIN_COUNT, help="min-label-count (the default's: 20)"
+    )
+    ap.add_argument("--cells", nargs="+", choices=list(CELLS), default=list(CELLS))
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    out = {"merge_z": cm.MERGE_Z, "min_label_count": MIN_COUNT, "seeds": args.seeds, "cells": {}}
-    for cell in CELLS:
+    out = {
+        "merge_z": cm.MERGE_Z,
+        "min_label_count": args.min_count,
+        "seeds": args.seeds,
+        "cells": {},
+    }
+    for cell in args.cells:
         out["cells"][cell] = {}
         for seed in args.seeds:
-            r = one(cell, seed)
+            r = one(cell, seed, args.min_count)
             out["cells"][cell][str(seed)] = r
             print(f"{cell:20s} seed {seed:4d}: {json.dumps(r)}", flush=True)
     if args.json:
