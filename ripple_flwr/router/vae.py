@@ -91,7 +91,9 @@ class GMMVAE(nn.Module):
         self.cluster_head = _mlp([h[-1], config.head_hidden, k])
         # q(z | Phi, c): the encoder state and a one-hot c, for all K components at once.
         self.latent_head = _mlp([h[-1] + k, h[-1], 2 * dz])
-        self.prior_mean = nn.Parameter(torch.randn(k, dz) * 1.0)
+        # No ``* 1.0`` (an identity): on the meta device, where load_checkpoint checks shapes,
+        # that multiply imported torch._dynamo, about a second of every run that loads one.
+        self.prior_mean = nn.Parameter(torch.randn(k, dz))
         self.prior_logvar = nn.Parameter(torch.zeros(k, dz))
         self.decoder = _mlp([dz, *reversed(h), config.input_dim])
 
