@@ -341,35 +341,10 @@ def measure_floor(model, weights, trains, evals) -> dict[str, Any]:
 
 # -- the parent: one process per row ----------------------------------------------------------
 def table(rows: list[dict[str, Any]]) -> str:
-    names = [r["row"] for r in rows]
-    lines = [
-        "| where the time goes | " + " | ".join(f"{n} (s)" for n in names) + " |",
-        "|---|" + "---:|" * len(names),
-    ]
-    for key, what in CATEGORIES.items():
-        cells = [f"{r['breakdown_seconds'][key]:.1f}" for r in rows]
-        lines.append(f"| {what} | " + " | ".join(cells) + " |")
-    lines.append("| **run wall** | " + " | ".join(f"**{r['wall_seconds']:.1f}**" for r in rows))
-    lines[-1] += " |"
-    lines.append(
-        "| floor: training + averaging | "
-        + " | ".join(
-            f"{r['floor']['train_seconds'] + r['floor']['average_seconds']:.1f}" for r in rows
-        )
-        + " |"
-    )
-    lines.append(
-        "| floor: evaluations | "
-        + " | ".join(f"{r['floor']['eval_seconds']:.1f}" for r in rows)
-        + " |"
-    )
-    lines.append(
-        "| **floor** | " + " | ".join(f"**{r['floor']['seconds']:.1f}**" for r in rows) + " |"
-    )
-    lines.append(
-        "| **wall / floor** | " + " | ".join(f"**{r['wall_over_floor']:.2f}**" for r in rows) + " |"
-    )
-    return "\n".join(lines)
+    """The breakdown and the floor, one column a row (docs/benchmarks.md renders the same)."""
+    from paper.evidence_bench import floor_table
+
+    return floor_table(rows, CATEGORIES)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -221,8 +221,59 @@ def default_run() -> str:
     )
 
 
+def floor_table(rows: list[dict[str, Any]], categories: dict[str, str]) -> str:
+    """A map run's time by kind of work, its compute floor and wall / floor, one column a row."""
+    names = [r["row"] for r in rows]
+    lines = [
+        "| where the time goes | " + " | ".join(f"{n} (s)" for n in names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
+    for key, what in categories.items():
+        cells = [f"{r['breakdown_seconds'][key]:.1f}" for r in rows]
+        lines.append(f"| {what} | " + " | ".join(cells) + " |")
+    lines.append("| **run wall** | " + " | ".join(f"**{r['wall_seconds']:.1f}**" for r in rows))
+    lines[-1] += " |"
+    lines.append(
+        "| floor: training + averaging | "
+        + " | ".join(
+            f"{r['floor']['train_seconds'] + r['floor']['average_seconds']:.1f}" for r in rows
+        )
+        + " |"
+    )
+    lines.append(
+        "| floor: evaluations | "
+        + " | ".join(f"{r['floor']['eval_seconds']:.1f}" for r in rows)
+        + " |"
+    )
+    lines.append(
+        "| **floor** | " + " | ".join(f"**{r['floor']['seconds']:.1f}**" for r in rows) + " |"
+    )
+    lines.append(
+        "| **wall / floor** | " + " | ".join(f"**{r['wall_over_floor']:.2f}**" for r in rows) + " |"
+    )
+    return "\n".join(lines)
+
+
+def map_floor() -> str:
+    """Where one map run's time goes, against the same client work in a plain torch loop."""
+    name = "map_run_floor_r20.json"
+    d = one(name)
+    loads = "; ".join(
+        f"{r['row']}: load {'/'.join(f'{x:.1f}' for x in r['load_before'])} before"
+        for r in d["rows"]
+    )
+    return (
+        f"One map run of the `{d['cell']}` cell (seed {d['seed']}, {d['rounds']} rounds, one "
+        f"torch thread, {d['machine']['cpus']} CPU cores; {loads}: the 1, 5 and 15 minute "
+        "load averages, as the map's own runs shared the cores) against its floor, the same "
+        "local trainings and evaluations replayed through the same training functions in "
+        f"one process without Flower ({link(name)}):\n\n" + floor_table(d["rows"], d["categories"])
+    )
+
+
 BLOCKS = {
     "docs/benchmarks.md": {
+        "bench-map-floor": map_floor,
         "bench-machines": machines,
         "bench-embedding": embedding,
         "bench-eager-gpu": eager_gpu,
