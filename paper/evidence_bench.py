@@ -256,7 +256,7 @@ def floor_table(rows: list[dict[str, Any]], categories: dict[str, str]) -> str:
 
 def map_floor() -> str:
     """Where one map run's time goes, against the same client work in a plain torch loop."""
-    name = "map_run_floor_r20.json"
+    name = "map_run_floor.json"
     d = one(name)
     loads = "; ".join(
         f"{r['row']}: load {'/'.join(f'{x:.1f}' for x in r['load_before'])} before"
