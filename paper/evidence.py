@@ -37,6 +37,8 @@ LABELS = {
     "ripple-hdb-gmm-vae": "Ripple-HDB (GMM-VAE)",
     "ripple-strat-yogi": "Ripple-Strat (GMM-VAE, FedYogi per cluster)",
     "ripple-unif-yogi": "Ripple-Unif (GMM-VAE, FedYogi per cluster)",
+    "ripple-rec": "Ripple (recommended)",
+    "ripple-rec-min10": "Ripple (recommended, min-label-count 10)",
     "ripple-strat": "Ripple-Strat",
     "ripple-unif": "Ripple-Unif",
     "ripple-hdb": "Ripple-HDB",

@@ -89,7 +89,7 @@ def runs_folder(d: dict[str, Any]) -> str:
     """Where the map's kept runs are: named after the first protocol of the chain (an
     extension's runs sit beside its base's, as the rows they share are the same runs)."""
     p = d["protocol"]
-    return (p.get("extends") or {}).get("name") or p["name"]
+    return (p.get("chain") or [p])[0]["name"]
 
 
 def recommended(d: dict[str, Any]) -> str:
@@ -255,16 +255,19 @@ def settings_text(d: dict[str, Any], row: str) -> str:
 
 
 def _extends_text(p: dict[str, Any]) -> str:
-    """An extension's base: its rows and their comparisons were fixed before this file."""
-    base = p.get("extends")
-    if not base:
-        return ""
-    return (
-        ", before any run of the rows it adds, with their comparisons; it extends "
-        f"`{base['name']}` ([its protocol](../paper/protocols/{base['name']}.json), "
-        f"committed at `{(base.get('commit') or 'no commit')[:7]}` before any of its runs: "
-        "cells, rows, seeds and comparisons), keeping all of it"
-    )
+    """An extension's chain, root first: each file's commit and the rows it added, each
+    committed before any run of those rows (its base's rows, seeds and comparisons kept)."""
+    parts = []
+    for link in p["chain"]:
+        commit = (link.get("commit") or "no commit")[:7]
+        what = (
+            "its cells, seeds, rows and comparisons, before any of its runs"
+            if link["rows_added"] is None
+            else f"adding {', '.join(map(name, link['rows_added']))} with their comparisons, "
+            "before any run of them"
+        )
+        parts.append(f"`{link['name']}` (committed at `{commit}`: {what})")
+    return "; the files, in order: " + "; ".join(parts)
 
 
 def _header(d: dict[str, Any]) -> str:
@@ -278,7 +281,7 @@ def _header(d: dict[str, Any]) -> str:
         f"`{p['sha256'][:12]}`"
         + (
             _extends_text(p)
-            if p.get("extends")
+            if p.get("chain")
             else ": cells, rows, seeds and comparisons fixed before any run"
         )
         + "): "

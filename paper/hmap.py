@@ -440,11 +440,9 @@ def _extended(path: Path, ext: dict[str, Any]) -> dict[str, Any]:
         "rows": base["rows"] + added,
         "comparisons": comparisons,
         "row_cells": {**base.get("row_cells", {}), **ext.get("row_cells", {})},
-        "base": {
-            "name": base["name"],
-            "path": base_path,
-            "sha256": hashlib.sha256(base_path.read_bytes()).hexdigest(),
-        },
+        # Root first: each file of the chain, and the rows it added (an extension may be
+        # extended in turn).
+        "chain": [*base["chain"], {"name": ext["name"], "path": path, "rows": added}],
     }
 
 
@@ -459,6 +457,8 @@ def load_protocol(path: Path) -> dict[str, Any]:
         raise ValueError(f"protocol {path}: cannot read it as JSON ({err})") from None
     if isinstance(proto, dict) and "extends" in proto:
         proto = _extended(path, proto)
+    elif isinstance(proto, dict):
+        proto = {**proto, "chain": [{"name": proto.get("name"), "path": path, "rows": None}]}
     missing = [k for k in PROTOCOL_KEYS if k not in proto]
     if missing:
         raise ValueError(f"protocol {path} lacks {', '.join(missing)}")
@@ -530,14 +530,17 @@ def apply_protocol(args: argparse.Namespace, p: argparse.ArgumentParser) -> None
         "comparisons": proto["comparisons"],
         **({"row_cells": args.row_cells} if args.row_cells else {}),
     }
-    if "base" in proto:
-        base = proto["base"]
-        args.protocol_record["extends"] = {
-            "name": base["name"],
-            "path": _shown(base["path"]),
-            "sha256": base["sha256"],
-            "commit": _commit_of(base["path"]),
-        }
+    if len(proto["chain"]) > 1:  # the files it extends, root first, and what each added
+        args.protocol_record["chain"] = [
+            {
+                "name": link["name"],
+                "path": _shown(link["path"]),
+                "sha256": hashlib.sha256(link["path"].read_bytes()).hexdigest(),
+                "commit": _commit_of(link["path"]),
+                "rows_added": link["rows"],
+            }
+            for link in proto["chain"]
+        ]
 
 
 def _shown(path: Path) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from ripple_flwr.methods.options import CLUSTER_OPTIMIZER
 from ripple_flwr.methods.pacfl.spec import PACFL_BUDGET
 from ripple_flwr.methods.registry import METHODS
+from ripple_flwr.methods.ripple.spec import MIN_LABEL_COUNT
 from ripple_flwr.methods.ripple.spec import PRESETS as RIPPLE_PRESETS
 from ripple_flwr.settings import ROUTERS, SAMPLINGS
 
@@ -46,6 +47,13 @@ def _baseline_yogi_row(name: str) -> dict[str, dict]:
 def _recommended_row(name: str) -> dict[str, dict]:
     """``<name>-rec``: the recommended configuration (:data:`RECOMMENDED`)."""
     return {f"{name}-rec": {"method": name, **RECOMMENDED}}
+
+
+def _min_count_row(name: str) -> dict[str, dict]:
+    """``<name>-rec-min10`` (the map only): the recommended configuration with
+    ``min-label-count = 10``; the concept cells' clients hold about 20 images a label, at the
+    default minimum (docs/concept-shift.md, "Where the minimum count bites")."""
+    return {f"{name}-rec-min10": {"method": name, **RECOMMENDED, MIN_LABEL_COUNT.key: 10}}
 
 
 # A rival as its authors ran it, beside the port's default (issue 62, "rivals on equal
@@ -119,6 +127,7 @@ def map_rows() -> dict[str, dict]:
                 )
         out.update(_yogi_rows(name))
         out.update(_recommended_row(name))
+        out.update(_min_count_row(name))
     return out
 
 

@@ -264,9 +264,9 @@ def test_every_committed_protocol_is_fresh_and_names_only_what_the_map_has(path)
     assert not set(proto["seeds"]) & {0, 42, 7, 123, 5, 9} and len(proto["seeds"]) == 5
     assert proto["recommended"] in proto["rows"] and proto["paper_row"] in proto["rows"]
     assert "ifca" in proto["rows"] and set(proto["cells"]) == set(hmap.CELLS)
-    # Each Ripple row of the headline is compared with every rival the protocol runs.
+    # Each Ripple row of the headline is compared with every rival (not Ripple) it runs.
+    rivals = {r for r in proto["rows"] if hmap.ROWS[r]["method"] not in ("ripple", "oracle")}
     for row in (proto["recommended"], proto["paper_row"]):
-        rivals = set(proto["rows"]) - {row, proto["recommended"], *proto["references"]}
         assert rivals <= set(proto["comparisons"][row])
 
 
@@ -344,13 +344,13 @@ def test_an_extension_adds_rows_and_their_comparisons_and_nothing_else(tmp_path,
     merged = hmap.load_protocol(path)
     assert merged["rows"] == ["ripple-rec", "ifca", "ifca-yogi", "fedavg"]
     assert merged["comparisons"] == {"ripple-rec": ["ifca", "ifca-yogi", "fedavg"]}
-    assert merged["seeds"] == [1, 2, 3] and merged["base"]["name"] == "base"
+    assert merged["seeds"] == [1, 2, 3] and [c["name"] for c in merged["chain"]] == ["base", "ext"]
     fake = FakeTrainer()
     out = ["--set", "num-partitions=8", "--set", "clients-per-round=4", "--out", str(tmp_path)]
     line = run_map(["--protocol", str(path), *out], capsys, fake)
     # 2 cells x 3 rows + fedavg in one cell, 3 seeds each.
     assert len(fake.configs) == (2 * 3 + 1) * 3
-    assert line["protocol"]["extends"]["name"] == "base"
+    assert [c["name"] for c in line["protocol"]["chain"]] == ["base", "ext"]
     skew01 = line["cells"]["label-skew-0.1"]
     assert "fedavg" not in skew01["rows"] and "ripple-rec - fedavg" not in skew01["protocol"]
     assert (
