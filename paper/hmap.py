@@ -384,8 +384,7 @@ def markdown(args: argparse.Namespace, cells: Mapping[str, Mapping[str, Any]]) -
 def _protocol_text(p: Mapping[str, Any]) -> str:
     if not p.get("n"):
         return "n/a"
-    unpaired = f"; one side only: {', '.join(map(str, p['unpaired']))}" if p["unpaired"] else ""
-    return f"{fmt_paired(p)}: {p['verdict']}{unpaired}"
+    return f"{fmt_paired(p)}: {p['verdict']}"  # fmt_paired names seeds on one side only
 
 
 def _addition_text(p: Mapping[str, Any] | None) -> str:
