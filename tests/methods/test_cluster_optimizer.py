@@ -364,3 +364,25 @@ def test_cfl_split_sides_both_keep_the_parents_moments():
                 method.models[c][k], v.astype(np.float32), rtol=1e-6, atol=1e-6
             )
     assert method.optimizer.k == 2 and method.optimizer.started.all()
+
+
+@pytest.mark.parametrize("name", CLUSTERED)
+def test_a_refused_mean_moves_neither_its_cluster_nor_its_moments(name):
+    """A cluster whose members' mean grows more than 10x is refused before the optimiser:
+    its model and its FedYogi moments stay as they were, the other clusters step."""
+    method = clustered_method(name, "fedyogi")
+    rng = np.random.default_rng(3)
+    method.average_into_clusters(1, *replies(rng, method.models, [1, 1, 1]))
+    moments = [dict(c) for c in method.optimizer.state()]
+    before = [dict(m) for m in method.models]
+    accepted, labels = replies(rng, before, [1, 1, 1])
+    huge = {k: v * 1000 for k, v in accepted[1].state.items()}  # cluster 1's only member
+    accepted[1] = Accepted(accepted[1].row, huge, accepted[1].num_examples, 1.0, None)
+    assert method.average_into_clusters(2, accepted, labels) == [0, 2]
+    assert method.events[-1]["refused"] == 1
+    after = method.optimizer.state()
+    for k in before[1]:
+        np.testing.assert_array_equal(method.models[1][k], before[1][k])
+        for field in ("m_t", "v_t"):
+            np.testing.assert_array_equal(after[1][field][k], moments[1][field][k])
+    assert any(not np.array_equal(method.models[0][k], before[0][k]) for k in before[0])

@@ -410,10 +410,22 @@ class RippleMethod(Method):
         lr = 1.0 if self.optimizer is not None else self.settings.training.server_lr
         with worker_threads() as workers:
             updated = apply_stacked_deltas(self.stacked, deltas, wrows, lr, self.eps, workers)
+        # Eq. 9's result is checked before any optimiser sees it: a refused round moves no
+        # cluster, and the optimiser's moments stay as they were.
+        if self._refused(server_round, updated):
+            return None
         if self.optimizer is not None:
             t0 = time.perf_counter()
             updated = self.optimizer.step(server_round, self.stacked, updated, wrows.sum(axis=0))
             self.optimizer_seconds += time.perf_counter() - t0
+            if self._refused(server_round, updated):
+                return None
+        self.stacked = updated
+        return None  # the cluster models live in the method; see finish()
+
+    def _refused(self, server_round: int, updated: dict[str, np.ndarray]) -> bool:
+        """Whether a cluster model's step to ``updated`` is unsafe (logged): then every
+        cluster model stays as it was this round."""
         for c, reason in enumerate(unsafe_stacked_steps(self.stacked, updated)):
             if reason is not None:
                 log.error(
@@ -423,9 +435,8 @@ class RippleMethod(Method):
                     c,
                     reason,
                 )
-                return None
-        self.stacked = updated
-        return None  # the cluster models live in the method; see finish()
+                return True
+        return False
 
     def eval_payloads(self, arrays: ArrayRecord, rows: np.ndarray) -> list[ArrayRecord]:
         """The personalised models of the clients at ``rows`` only (an ``eval-fraction`` sample):

@@ -210,18 +210,34 @@ class ClusterModels(Method):
         """
         weights = [1 if uniform else a.num_examples for a in accepted]
         new, changed = cluster_means(self.models, [a.state for a in accepted], labels, weights)
+        # A members' mean that is unsafe is refused before any optimiser sees it: that
+        # cluster is not stepped and its moments stay as they were (else a refused update
+        # would still move it through them in the rounds after).
+        refused = {c: self._refuse(server_round, c, new[c]) for c in changed}
+        refused = {c: why for c, why in refused.items() if why is not None}
+        for c in refused:
+            new[c] = self.models[c]
+        weights = [0 if lab in refused else w for lab, w in zip(labels, weights, strict=True)]
         new = self.stepped(server_round, new, labels, weights)
         kept = []
+        stepped = self.optimizer_name != "none"
         for c in changed:
-            reason = unsafe_step(self.models[c], new[c])
-            if reason is not None:
-                log.error("round %d: refused cluster %d's update (%s)", server_round, c, reason)
-                self.events.append({"round": server_round, "refused": c, "reason": reason})
-                new[c] = self.models[c]
+            if c in refused:
+                continue
+            if stepped and self._refuse(server_round, c, new[c]) is not None:
+                new[c] = self.models[c]  # the optimiser's own step (its moments moved)
             else:
                 kept.append(c)
         self.set_models(new)
         return kept
+
+    def _refuse(self, server_round: int, c: int, candidate: State) -> str | None:
+        """Why cluster ``c`` may not become ``candidate`` (logged and recorded), or None."""
+        reason = unsafe_step(self.models[c], candidate)
+        if reason is not None:
+            log.error("round %d: refused cluster %d's update (%s)", server_round, c, reason)
+            self.events.append({"round": server_round, "refused": c, "reason": reason})
+        return reason
 
     def state(self) -> dict[str, Any]:
         """The saved fields (ClusterModels', then the method's own), by name."""
