@@ -205,10 +205,24 @@ def cluster_optimizer_time() -> str:
     for k, row in d["seconds"].items():
         others = ", ".join(f"{o} {1000 * s:.0f} ms" for o, s in row.items() if o != "none")
         parts.append(f"K = {k}: `none` {1000 * row['none']:.1f} ms, {others}")
+    floor = d.get("fedopt_memory_floor_seconds")
+    floor_text = (
+        " Any FedYogi or FedAdam step reads 4 and writes 3 arrays of the K models' size on top "
+        "of `none` (now, target and both moments in; both moments and the new models out); "
+        "that traffic alone, through plain copies, takes "
+        + ", ".join(f"{1000 * s:.1f} ms at K = {k}" for k, s in floor.items())
+        + (
+            ", more than half of `none`'s time: no such step can stay within 1.5x `none`."
+            if all(s > 0.5 * d["seconds"][k]["none"] for k, s in floor.items())
+            else "."
+        )
+        if floor
+        else ""
+    )
     return (
         f"Server time of one round's cluster step (median; {d['clients']} replies, a "
         f"{d['model_parameters']:,}-parameter model, {d['machine']}, "
-        f"{_file('cluster_optimizer.json')}): " + "; ".join(parts) + "."
+        f"{_file('cluster_optimizer.json')}): " + "; ".join(parts) + "." + floor_text
     )
 
 
