@@ -35,7 +35,6 @@ FRESH = "heterogeneity_map_fresh.json"
 WHO = {"final_accuracy": "training", "zero_shot_accuracy": "new, zero-shot"}
 WHO_LONG = {"final_accuracy": "Training clients", "zero_shot_accuracy": "New clients, zero-shot"}
 NAMES = {
-    "ripple-rec": "Ripple (recommended)",
     "ripple-strat": "Ripple-Strat (paper)",
 }
 # The cells in words (what a user knows about their clients); the settings are the map's.

@@ -7,7 +7,6 @@ Learning with Wavelet Scattering Transform" (spec sections 1, 4 and 5).
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import numpy as np
@@ -150,7 +149,6 @@ class RippleMethod(Method):
         self.out_of_domain: list[dict[str, Any]] = []  # clients routed 1/K, and why
         # cluster-optimizer: Flower's server optimiser per cluster model (None: eq. 9 as is).
         self.optimizer: ClusterOptimizer | None = None
-        self.optimizer_seconds = 0.0  # the server time its steps took, for the record
 
     # -- one-shot assignment ------------------------------------------------------------------
     @property
@@ -415,9 +413,7 @@ class RippleMethod(Method):
         if self._refused(server_round, updated):
             return None
         if self.optimizer is not None:
-            t0 = time.perf_counter()
             updated = self.optimizer.step(server_round, self.stacked, updated, wrows.sum(axis=0))
-            self.optimizer_seconds += time.perf_counter() - t0
             if self._refused(server_round, updated):
                 return None
         self.stacked = updated
@@ -481,10 +477,7 @@ class RippleMethod(Method):
                 "concept_weights": self.concept_weights,
             }
         if self.optimizer is not None:
-            rec["cluster_optimizer"] = {
-                "name": self.optimizer.name,
-                "server_seconds": self.optimizer_seconds,
-            }
+            rec["cluster_optimizer"] = self.optimizer.record()
         if self.hdb is not None:
             rec["hdb"] = {
                 **self.hdb.to_dict(),

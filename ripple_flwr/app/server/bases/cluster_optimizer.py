@@ -18,6 +18,7 @@ unchanged: this is server work.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -87,6 +88,7 @@ class ClusterOptimizer:
         self.v: dict[str, np.ndarray] = {}  # FedOpt's v_t
         self.started = np.zeros(k, dtype=bool)  # stepped at least once (Flower: moments exist)
         self.current: list[dict[str, np.ndarray] | None] = [None] * k  # Flower's current_arrays
+        self.seconds = 0.0  # the server time its steps took (this process), for the record
 
     def step(
         self,
@@ -102,6 +104,23 @@ class ClusterOptimizer:
         round's total weight on cluster ``c``. Tensors that are not floating point are
         taken from ``target`` unchanged, and every result keeps the model's dtype.
         """
+        t0 = time.perf_counter()
+        try:
+            return self._step(server_round, stacked, target, mass)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def record(self) -> dict[str, Any]:
+        """What a run's results say of it: its name and the server time of its steps."""
+        return {"name": self.name, "server_seconds": self.seconds}
+
+    def _step(
+        self,
+        server_round: int,
+        stacked: Mapping[str, np.ndarray],
+        target: Mapping[str, np.ndarray],
+        mass: np.ndarray,
+    ) -> dict[str, np.ndarray]:
         out = {key: np.array(value, copy=True) for key, value in target.items()}
         keys = [k for k, v in stacked.items() if np.issubdtype(np.asarray(v).dtype, np.inexact)]
         idx = np.flatnonzero(np.asarray(mass) > 0)

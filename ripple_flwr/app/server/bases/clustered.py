@@ -17,7 +17,6 @@ that mean is ``theta_c + u_c``, and :class:`~.cluster_optimizer.ClusterOptimizer
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import numpy as np
@@ -77,7 +76,6 @@ class ClusterModels(Method):
         # cluster models exist (PACFL sets K in setup); CFL's splits grow it (split_cluster).
         self.optimizer_name: str = CLUSTER_OPTIMIZER.of(settings)
         self.optimizer: ClusterOptimizer | None = None
-        self.optimizer_seconds = 0.0  # the server time its steps took, for the record
 
     # -- who belongs where -------------------------------------------------------------------
     def initial_assignment(self, n: int) -> np.ndarray:
@@ -158,7 +156,6 @@ class ClusterModels(Method):
         opt = self.cluster_optimizer()
         if opt is None:
             return means
-        t0 = time.perf_counter()
         mass = np.bincount(
             np.asarray(labels, dtype=np.int64),
             np.asarray(weights, dtype=np.float64),
@@ -167,7 +164,6 @@ class ClusterModels(Method):
         stacked = self.saved_models()
         target = {k: np.stack([np.asarray(m[k]) for m in means]) for k in stacked}
         out = opt.step(server_round, stacked, target, mass)
-        self.optimizer_seconds += time.perf_counter() - t0
         return [{k: out[k][c] for k in out} for c in range(self.num_models)]
 
     @property
@@ -316,9 +312,8 @@ class ClusterModels(Method):
 
     def run_record(self, rec: dict[str, Any]) -> dict[str, Any]:
         rec = {**rec, "assignment": self.assignment_record()}
-        if self.optimizer_name != "none":
-            rec["cluster_optimizer"] = {
-                "name": self.optimizer_name,
-                "server_seconds": self.optimizer_seconds,
-            }
+        if self.optimizer is not None:
+            rec["cluster_optimizer"] = self.optimizer.record()
+        elif self.optimizer_name != "none":  # set, but no round stepped a cluster yet
+            rec["cluster_optimizer"] = {"name": self.optimizer_name, "server_seconds": 0.0}
         return rec
