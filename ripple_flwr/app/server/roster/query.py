@@ -75,9 +75,15 @@ def validate_summary(
         raise ValueError(
             f"{kind} is declared {tuple(array.shape)} in {len(array.data)} bytes, expected ({dim},)"
         )
+    return _finite_floats(array, kind, dim)
+
+
+def _finite_floats(array: Any, kind: str, length: int | None) -> np.ndarray:
+    """The decoded summary: one vector of ``length`` floats (``None``: any), as finite
+    float32, or ``ValueError`` naming what is wrong (after the header's checks)."""
     phi = array.numpy()
-    if phi.ndim != 1 or (dim is not None and phi.shape[0] != dim):
-        raise ValueError(f"{kind} has shape {phi.shape}, expected ({dim},)")
+    if phi.ndim != 1 or (length is not None and phi.shape[0] != length):
+        raise ValueError(f"{kind} has shape {phi.shape}, expected ({length},)")
     if not np.issubdtype(phi.dtype, np.floating):
         raise ValueError(f"{kind} has dtype {phi.dtype}, expected floats")
     with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf: refused
@@ -104,15 +110,7 @@ def _summary_rows(array: Any, kind: str, rows: SummaryRows) -> np.ndarray:
         )
     if len(array.data) > length * 8 + NPY_HEADER_LIMIT:
         raise ValueError(f"{kind} is declared ({length},) in {len(array.data)} bytes")
-    phi = array.numpy()
-    if phi.shape != (length,):
-        raise ValueError(f"{kind} has shape {phi.shape}, expected ({length},)")
-    if not np.issubdtype(phi.dtype, np.floating):
-        raise ValueError(f"{kind} has dtype {phi.dtype}, expected floats")
-    with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf: refused
-        phi = phi.astype(np.float32, copy=False)
-    if not np.all(np.isfinite(phi)):
-        raise ValueError(f"{kind} contains NaN or Inf (or a value beyond float32's range)")
+    phi = _finite_floats(array, kind, length)
     out = np.zeros(rows.size, dtype=np.float32)
     out[:length] = phi
     return out
